@@ -1,0 +1,49 @@
+# Training at Scale — the two commands a user needs are `make lab` and `make test`.
+VENV   ?= .venv
+PYTHON ?= python3
+PY     := $(VENV)/bin/python
+PORT   ?= 8888
+
+.PHONY: env lab test test-fast notebooks check-notebooks bench gpu-evidence clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+## env: create .venv and install the course (CPU torch 2.13.0, JupyterLab 4, nbgrader 0.9)
+env: $(VENV)/.installed
+
+## lab: open JupyterLab on the course (nbgrader's Validate, assignment list and formgrader enabled)
+lab: env
+	cd autograder/course && ../../$(VENV)/bin/jupyter lab --port=$(PORT) \
+	    --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/00-start-here.ipynb
+
+## test: install, check the student notebooks are generated from solutions/, run every test
+test: env
+	$(PY) -m autograder generate --check
+	$(PY) -m pytest
+
+## test-fast: the quick tests only (no whole-notebook runs, no browser)
+test-fast: env
+	$(PY) -m pytest -m "not slow and not browser"
+
+## notebooks: regenerate notebooks/ (student versions) from solutions/
+notebooks: env
+	$(PY) -m autograder generate
+
+check-notebooks: env
+	$(PY) -m autograder generate --check
+
+## bench: serial nbgrader vs the isolated parallel grader on 100 submissions
+bench: env
+	$(PY) -m bench.grading
+
+## gpu-evidence: record the GPU results the lessons show (needs a CUDA machine)
+gpu-evidence: env
+	$(PY) -m bench.gpu_evidence
+
+clean:
+	rm -rf autograder/course/gradebook.db autograder/course/submitted autograder/course/autograded \
+	       autograder/course/feedback autograder/course/exchange test-artifacts .pytest_cache

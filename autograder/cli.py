@@ -1,0 +1,71 @@
+"""Instructor command line: ``python -m autograder {grade,generate}``."""
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def _grade(args) -> int:
+    from .batch import grade_class
+    from .sandbox import Limits, make_sandbox
+
+    if not Path(args.submissions).exists():
+        print(f"error: {args.submissions} does not exist", file=sys.stderr)
+        return 2
+    sandbox = make_sandbox(not args.no_sandbox, Limits(memory_bytes=int(args.memory_gb * (1 << 30))))
+    if sandbox.warning:
+        print(sandbox.warning, file=sys.stderr)
+    out = Path(args.out)
+    if args.fresh and (out / ".state").exists():
+        import shutil
+
+        shutil.rmtree(out / ".state")
+    rows, summary = grade_class(Path(args.submissions), out, sandbox, jobs=args.jobs, timeout=args.timeout,
+                                dask_address=args.dask, progress=not args.quiet, notebooks=args.notebook)
+    if args.gradebook:
+        from .gradebook import record_in_gradebook
+
+        print(record_in_gradebook(rows))
+    print(summary.line())
+    print(f"wrote {out / 'grades.csv'}, {out / 'summary.csv'} and {out / 'feedback'}/")
+    return 0
+
+
+def _generate(args) -> int:
+    from .generate import check_generated, generate
+
+    if args.check:
+        problems = check_generated()
+        for p in problems:
+            print(p, file=sys.stderr)
+        print("student notebooks match solutions/" if not problems else f"{len(problems)} problem(s)")
+        return 1 if problems else 0
+    for line in generate():
+        print(line)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description="Training at Scale: instructor tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    grade = sub.add_parser("grade", help="grade a folder or LMS zip of submissions")
+    grade.add_argument("submissions", help="folder of <student>/<notebook>.ipynb, or an LMS zip download")
+    grade.add_argument("--out", required=True, help="folder for grades.csv, summary.csv and feedback/")
+    grade.add_argument("--jobs", type=int, default=os.cpu_count(), help="students graded at once (default: cores)")
+    grade.add_argument("--timeout", type=float, help="seconds per exercise (default: each exercise's own)")
+    grade.add_argument("--memory-gb", type=float, default=4.0, help="address-space limit per process (default 4)")
+    grade.add_argument("--notebook", action="append", help="grade only this notebook (repeatable)")
+    grade.add_argument("--dask", metavar="ADDRESS", help="grade on a Dask cluster (scheduler address, or 'local')")
+    grade.add_argument("--gradebook", action="store_true", help="also record scores in the nbgrader gradebook")
+    grade.add_argument("--fresh", action="store_true", help="ignore results saved by an earlier run")
+    grade.add_argument("--no-sandbox", action="store_true", help="run submitted code without isolation (debugging)")
+    grade.add_argument("--quiet", action="store_true", help="no progress bar")
+    grade.set_defaults(run=_grade)
+
+    gen = sub.add_parser("generate", help="generate notebooks/ (student versions) from solutions/")
+    gen.add_argument("--check", action="store_true", help="only check that notebooks/ is up to date")
+    gen.set_defaults(run=_generate)
+
+    args = parser.parse_args(argv)
+    return args.run(args)

@@ -1,0 +1,100 @@
+"""Grade one student: read their notebooks, run their exercise cells in a worker, judge the observations.
+
+``grade_submission`` is a plain function of plain inputs, so it runs the same in a thread here or on a
+Dask worker elsewhere. The verdict happens here, in the grader's process, on data only.
+"""
+import re
+import time
+from dataclasses import asdict, dataclass, field
+
+from .course import Course
+from .exercises import get_exercise
+from .notebook import NotebookProblem, exercise_cells, parse_notebook
+from .runner import Task, run_tasks
+from .sandbox import Sandbox
+from .submissions import Submission, match_notebooks
+from .verdict import feedback_sentence, total
+
+ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+
+@dataclass
+class Row:
+    student: str
+    notebook: str
+    exercise: str
+    score: float
+    max_score: float
+    feedback: str
+    checks: list[dict] = field(default_factory=list)   # per check: title, points, score, feedback
+    output: str = ""                                   # what the student's code printed (feedback files)
+    graded: bool = True                                # False: the code could not be run (reason in feedback)
+
+    CSV_FIELDS = ("student", "notebook", "exercise", "score", "max_score", "feedback")
+
+
+def _clean(text: str) -> str:
+    """Same input, same file: drop memory addresses that differ from run to run."""
+    return ADDRESS.sub("0x…", text)
+
+
+def grade_submission(submission: Submission, course: Course, wanted: list[str], references: dict[str, dict],
+                     sandbox: Sandbox, timeout: float | None = None) -> tuple[list[Row], dict]:
+    """All rows of one student (one per exercise of every wanted notebook) and phase timings."""
+    started = time.perf_counter()
+    rows: dict[tuple[str, str], Row] = {}
+    tasks: list[Task] = []
+    notes: dict[str, str] = {}
+    for name, (path, note) in match_notebooks(submission, course, wanted).items():
+        spec = course.notebooks[name]
+        notes[name] = note
+        try:
+            if path is None:
+                raise NotebookProblem(note)
+            cells = exercise_cells(parse_notebook(submission.files[path]), spec)
+        except NotebookProblem as problem:
+            cells = {exercise: problem for exercise in spec.exercises}
+        for exercise, code in cells.items():
+            if isinstance(code, NotebookProblem):
+                rows[(name, exercise)] = _ungraded(submission.student, name, exercise, (note if path else "") + str(code))
+                continue
+            setup = [(f"setup cell of {name}", c) for c in spec.setup_code]
+            tasks.append(Task(f"{name}::{exercise}", exercise, tuple(setup + [(f"your cell `{exercise}`", code)]),
+                              timeout or get_exercise(exercise).timeout_s))
+    parsed = time.perf_counter()
+    results = run_tasks(tasks, sandbox) if tasks else {}
+    ran = time.perf_counter()
+    for task in tasks:
+        name, exercise = task.key.split("::")
+        rows[(name, exercise)] = _judge(submission.student, name, exercise, results[task.key], references[exercise],
+                                        notes[name])
+    order = {(n, e): i for i, (n, e) in enumerate((n, e) for n in wanted for e in course.notebooks[n].exercises)}
+    timings = {"parse_s": parsed - started, "run_s": ran - parsed, "verdict_s": time.perf_counter() - ran}
+    return [rows[key] for key in sorted(rows, key=order.get)], timings
+
+
+def _ungraded(student: str, notebook: str, exercise: str, reason: str) -> Row:
+    return Row(student, notebook, exercise, 0.0, get_exercise(exercise).max_score, _clean(reason), graded=False)
+
+
+def _judge(student: str, notebook: str, exercise: str, result: dict, reference: dict, note: str) -> Row:
+    ex = get_exercise(exercise)
+    if result["status"] != "ok":
+        row = _ungraded(student, notebook, exercise, note + result["reason"])
+        row.output = _clean(result.get("output", ""))
+        return row
+    checks = ex.grade(result["observation"], reference)
+    return Row(student, notebook, exercise, float(total(checks)), ex.max_score,
+               _clean(note + feedback_sentence(checks)), [asdict(c) for c in checks], _clean(result.get("output", "")))
+
+
+def reference_observations(course: Course, exercises: list[str], sandbox: Sandbox) -> dict[str, dict]:
+    """Observe every reference solution once, in the same kind of worker as the students' code."""
+    from .reference import reference_cells
+
+    tasks = [Task(e, e, tuple(reference_cells(e)), max(get_exercise(e).timeout_s, 120)) for e in exercises]
+    results = run_tasks(tasks, sandbox, as_reference=True)
+    broken = {k: r["reason"] for k, r in results.items() if r["status"] != "ok"}
+    if broken:
+        raise RuntimeError(f"the reference solutions could not be observed: {broken}")
+    return {k: r["observation"] for k, r in results.items()}

@@ -1,0 +1,154 @@
+"""How a grading worker is started: bubblewrap namespaces, an unprivileged uid, resource limits.
+
+* **bubblewrap** (Debian's ``bwrap``): new mount, PID, network, IPC and UTS namespaces. The worker sees
+  only the Python installation and the grader's own packages, read-only, plus a private ``/tmp``:
+  no solutions, no gradebook, no other submissions, no network (loopback stays up, so gloo ranks can
+  still talk to each other).
+* **setpriv** to an unprivileged uid when the grader runs as root, with no new privileges and no
+  capabilities.
+* **rlimits** on address space, file size (this is also the output limit), processes and open files.
+
+Where bubblewrap is missing or cannot create namespaces, the worker runs with rlimits only, and the
+grader prints a warning saying exactly that.
+"""
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+NOBODY = 65534
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int = 4 << 30      # address space per process (torch needs ~1.5 GiB to import and train)
+    output_bytes: int = 8 << 20      # any file written, the captured output included
+    processes: int = 512             # processes + threads of the sandbox uid (ranks, DataLoader workers)
+    open_files: int = 512
+    tmp_bytes: int = 256 << 20       # the private /tmp (counts against memory)
+
+    def apply(self) -> None:
+        """Set in the forked child just before exec (``preexec_fn``)."""
+        for limit, value in ((resource.RLIMIT_AS, self.memory_bytes), (resource.RLIMIT_FSIZE, self.output_bytes),
+                             (resource.RLIMIT_NPROC, self.processes), (resource.RLIMIT_NOFILE, self.open_files),
+                             (resource.RLIMIT_CORE, 0)):
+            resource.setrlimit(limit, (value, value))
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    mode: str                 # "bubblewrap", "rlimits" or "off"
+    limits: Limits
+    uid: int | None           # the uid the worker runs as, when we switch to one
+    warning: str = ""
+
+    def command(self, argv: list[str]) -> list[str]:
+        if self.mode != "bubblewrap":
+            return argv
+        return _bwrap_args(self.limits, self.uid) + argv
+
+    def describe(self) -> str:
+        who = f"uid {self.uid}" if self.uid is not None else f"uid {os.getuid()}"
+        return {"bubblewrap": f"bubblewrap namespaces (no network, private /tmp, read-only Python), {who}, rlimits",
+                "rlimits": f"rlimits only, {who}", "off": "no isolation"}[self.mode]
+
+
+def _etc_files() -> str:
+    """A tiny /etc for the sandbox: the hostname resolves (gloo asks), the uid has a name."""
+    folder = tempfile.mkdtemp(prefix="grader-etc-")
+    Path(folder, "hosts").write_text("127.0.0.1 localhost grader\n")
+    Path(folder, "passwd").write_text(f"root:x:0:0::/:/bin/false\nnobody:x:{NOBODY}:{NOBODY}::/tmp:/bin/false\n")
+    Path(folder, "group").write_text(f"root:x:0:\nnogroup:x:{NOBODY}:\n")
+    for name in os.listdir(folder):
+        os.chmod(Path(folder, name), 0o644)
+    os.chmod(folder, 0o755)
+    return folder
+
+
+@cache
+def _etc() -> str:
+    return _etc_files()
+
+
+def _readonly_trees() -> list[Path]:
+    """The interpreter, its environment and the grader's packages; nothing else of the host."""
+    import autograder
+    import coursekit
+
+    trees = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
+             Path(autograder.__file__).resolve().parent, Path(coursekit.__file__).resolve().parent}
+    return sorted(t for t in trees if not any(o != t and o in t.parents for o in trees))
+
+
+def _bwrap_args(limits: Limits, uid: int | None) -> list[str]:
+    import autograder
+
+    args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--hostname", "grader",
+            "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+            "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
+            "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
+    for name in ("hosts", "passwd", "group"):
+        args += ["--ro-bind", f"{_etc()}/{name}", f"/etc/{name}"]
+    made = {Path("/")}
+    for tree in _readonly_trees():
+        for parent in reversed(tree.parents):  # bwrap would create missing parents with mode 0700
+            if parent not in made:
+                args += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+        args += ["--ro-bind", str(tree), str(tree)]
+    course_state = Path(autograder.__file__).resolve().parent / "course"
+    if course_state.exists():  # the nbgrader course folder (gradebook, submissions) stays hidden
+        args += ["--tmpfs", str(course_state)]
+    args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp", "--clearenv"]
+    for key, value in _worker_env(home="/tmp").items():
+        args += ["--setenv", key, value]
+    args += ["--setenv", "AUTOGRADER_OWN_PID_NAMESPACE", "1", "--"]
+    if uid is not None:
+        args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
+                 "--inh-caps=-all", "--bounding-set=-all"]
+    return args
+
+
+def _worker_env(home: str) -> dict[str, str]:
+    return {"HOME": home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "KINETO_LOG_LEVEL": "6", "MPLBACKEND": "Agg",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "MPLCONFIGDIR": f"{home}/.mpl"}
+
+
+def worker_env(sandbox: Sandbox, workdir: str) -> dict[str, str] | None:
+    """Environment for the worker process (bubblewrap sets its own inside the sandbox)."""
+    if sandbox.mode == "bubblewrap":
+        return None
+    env = _worker_env(home=workdir)
+    if os.environ.get("COURSE_ROOT"):
+        env["COURSE_ROOT"] = os.environ["COURSE_ROOT"]
+    return env
+
+
+def _bwrap_works() -> bool:
+    if not shutil.which("bwrap"):
+        return False
+    probe = subprocess.run(["bwrap", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "true"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+def make_sandbox(enabled: bool = True, limits: Limits | None = None, uid: int | None = None) -> Sandbox:
+    """Pick the strongest isolation this machine allows and say what was chosen."""
+    limits = limits or Limits()
+    if not enabled:
+        return Sandbox("off", limits, None, "Isolation is off (--no-sandbox): submitted code runs with your rights.")
+    if _bwrap_works():
+        drop_to = (uid if uid is not None else NOBODY) if os.geteuid() == 0 else None
+        return Sandbox("bubblewrap", limits, drop_to)
+    reason = ("bubblewrap (bwrap) is not installed" if not shutil.which("bwrap")
+              else "bubblewrap cannot create namespaces here")
+    return Sandbox("rlimits", limits, None,
+                   f"WARNING: {reason}; submitted code runs with resource limits only: it can read your files "
+                   "and reach the network. Install Debian's `bubblewrap` package for full isolation.")

@@ -1,0 +1,136 @@
+"""The one place that owns ranks and process groups (the picotron way).
+
+``launch(fn, world_size)`` forks ``world_size`` local processes, gives each an initialised
+process group, runs ``fn(rank, world_size, *args)`` in each and returns the list of what
+the ranks returned (rank order). The same ``fn`` runs unchanged under ``torchrun``: see
+``run_under_torchrun``.
+
+Why fork: a notebook's functions live in ``__main__``, which ``spawn`` cannot pickle.
+Why ``torch.set_num_threads(1)`` in every child: a forked child hangs in its first parallel
+op when the parent (a Jupyter kernel, say) already started torch's OpenMP pool.
+"""
+import datetime
+import os
+import socket
+import time
+import traceback
+from multiprocessing import connection, get_context
+
+import torch
+import torch.distributed as dist
+
+
+class RankFailed(RuntimeError):
+    """A rank raised or died; the message carries its traceback."""
+
+
+class RanksTimedOut(RuntimeError):
+    """Some ranks did not finish in time, most often a collective only some ranks called."""
+
+
+def backend_for(world_size: int) -> str:
+    """NCCL when every rank can have its own GPU, else gloo (CPU)."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl"
+    return "gloo"
+
+
+def rank_device(backend: str, rank: int) -> torch.device:
+    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_rank(rank, world_size, port, backend, timeout_s, fn, args, result_pipe):
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+    try:
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        result_pipe.send(("ok", fn(rank, world_size, *args)))
+    except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
+        result_pipe.send(("error", "".join(traceback.format_exception(exc))))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        result_pipe.close()
+
+
+def launch(fn, world_size: int = 2, *args, backend: str | None = None, timeout: float = 60.0) -> list:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` forked ranks; return their results.
+
+    Raises ``RankFailed`` with the first failing rank's traceback, or ``RanksTimedOut`` when
+    ranks are still running after ``timeout`` seconds. Either way no process is left behind.
+    """
+    backend = backend or backend_for(world_size)
+    if backend == "nccl" and torch.cuda.is_initialized():
+        raise RuntimeError("CUDA is already initialised in this process, and forked ranks cannot use it. "
+                           "Restart the kernel and call launch() before any other CUDA work, "
+                           "or run the lesson's torchrun script.")
+    ctx = get_context("fork")
+    port = free_port()
+    procs, pending = [], {}
+    for rank in range(world_size):
+        receive, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_run_rank, name=f"rank{rank}",
+                           args=(rank, world_size, port, backend, timeout, fn, args, send))
+        proc.start()
+        send.close()
+        procs.append(proc)
+        pending[receive] = rank
+    results, failures = [None] * world_size, {}
+    deadline = time.monotonic() + timeout
+    try:
+        while pending and not failures:
+            ready = connection.wait(list(pending), timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            for pipe in ready:
+                rank = pending.pop(pipe)
+                try:
+                    status, payload = pipe.recv()
+                except EOFError:
+                    procs[rank].join(1)
+                    status, payload = "error", f"rank {rank} died without a result (exit code {procs[rank].exitcode})"
+                if status == "ok":
+                    results[rank] = payload
+                else:
+                    failures[rank] = payload
+    finally:
+        for proc in procs:  # a failed rank leaves its peers blocked in a collective: stop them
+            proc.join(timeout=0 if (failures or pending) else 5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    if failures:
+        rank = min(failures)
+        hint = ""
+        if "by peer" in failures[rank]:  # gloo's words when the other end of a collective went away
+            hint = ("\n(Another rank had already finished or died while this one waited in a collective: "
+                    "every rank must call the same collectives in the same order.)")
+        raise RankFailed(f"rank {rank} of {world_size} failed:\n{failures[rank]}{hint}")
+    if pending:
+        stuck = sorted(pending.values())
+        raise RanksTimedOut(f"rank(s) {stuck} of {world_size} were still running after {timeout:.0f} s: most often "
+                            "a collective that not every rank called, so the others wait forever")
+    return results
+
+
+def run_under_torchrun(fn, *args):
+    """Run ``fn(rank, world_size, *args)`` in a process started by ``torchrun``; return its result."""
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    backend = backend_for(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend)
+    try:
+        return fn(rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()

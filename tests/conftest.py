@@ -1,0 +1,40 @@
+"""Shared fixtures: grading a piece of source in-process, the way the checks see it."""
+import importlib
+import pkgutil
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from autograder.course import load_course
+from autograder.define import define_function
+from autograder.exercises import get_exercise
+from autograder.reference import reference_function
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@cache
+def reference_observation(exercise: str) -> dict:
+    return get_exercise(exercise).observe_as_reference(reference_function(exercise))
+
+
+def grade_source(exercise: str, source: str):
+    """Check results for a student cell's source (after the notebook's setup cells), in this process."""
+    spec = load_course().spec_for_exercise(exercise)
+    fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", source)], exercise)
+    ex = get_exercise(exercise)
+    reference = reference_observation(exercise)  # before the variant runs: it may change global state
+    return ex.grade(ex.observe(fn), reference)
+
+
+def variant_modules() -> dict[str, object]:
+    """tests/variants/<exercise>.py for every exercise that has one."""
+    import variants
+
+    return {m.name: importlib.import_module(f"variants.{m.name}") for m in pkgutil.iter_modules(variants.__path__)}
+
+
+@pytest.fixture(scope="session")
+def course():
+    return load_course()
