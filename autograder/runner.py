@@ -66,53 +66,29 @@ def _parse_result(line: bytes, keys: set[str]) -> dict | None:
 
 def _run_worker(tasks: list[Task], sandbox: Sandbox, as_reference: bool):
     """One worker process over ``tasks``; returns (results, key in flight when it stopped, why)."""
-    keys = {t.key for t in tasks}
     job = {"as_reference": as_reference,
            "tasks": [{"key": t.key, "exercise": t.exercise, "cells": [list(c) for c in t.cells],
                       "timeout": t.timeout} for t in tasks]}
     deadline = time.monotonic() + STARTUP_S + sum(t.timeout + 10 for t in tasks)
-    results, in_flight, buffer = {}, None, b""
-    with tempfile.TemporaryDirectory(prefix="grader-work-") as workdir, \
-            tempfile.TemporaryFile() as errors:
+    with tempfile.TemporaryDirectory(prefix="grader-work-") as workdir, tempfile.TemporaryFile() as errors:
         read_fd, write_fd = os.pipe()
         argv = [sys.executable, "-m", "autograder.worker", "--results-fd", str(write_fd)]
-        proc = subprocess.Popen(
-            sandbox.command(argv), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors,
-            pass_fds=(write_fd,), cwd=workdir, env=worker_env(sandbox, workdir), start_new_session=True,
-            preexec_fn=sandbox.limits.apply if sandbox.mode != "off" else None)
-        os.close(write_fd)
-        try:
-            proc.stdin.write(json.dumps(job).encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        try:
-            while len(results) < len(tasks):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                ready, _, _ = select.select([read_fd], [], [], left)
-                if not ready:
-                    continue
-                chunk = os.read(read_fd, 1 << 16)
-                if not chunk:
-                    break
-                buffer += chunk
-                if len(buffer) > LINE_LIMIT:
-                    break
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    message = _parse_result(line, keys)
-                    if message is None:
-                        continue
-                    if message.get("event") == "start":
-                        in_flight = message["key"]
-                    else:
-                        results[message["key"]] = message
-                        in_flight = None
-        finally:
-            os.close(read_fd)
-            _stop(proc)
+        with sandbox.worker_command(argv) as command:
+            proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors,
+                pass_fds=(write_fd,), cwd=workdir, env=worker_env(sandbox, workdir), start_new_session=True,
+                preexec_fn=sandbox.limits.apply if sandbox.mode != "off" else None)
+            os.close(write_fd)
+            try:
+                proc.stdin.write(json.dumps(job).encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                results, in_flight = _collect(read_fd, {t.key for t in tasks}, deadline)
+            finally:
+                os.close(read_fd)
+                _stop(proc)
         problem = ("Your code stopped the grading worker itself (for example by killing its parent process), "
                    "so this exercise could not be graded.")
         if not results and in_flight is None:
@@ -120,6 +96,32 @@ def _run_worker(tasks: list[Task], sandbox: Sandbox, as_reference: bool):
             tail = errors.read()[-1500:].decode(errors="replace").strip()
             problem = f"The grading worker could not start: {tail or 'no message'}"
     return results, in_flight, problem
+
+
+def _collect(read_fd: int, keys: set[str], deadline: float) -> tuple[dict, str | None]:
+    """Read result lines until every key has one, the worker stops, or the deadline passes."""
+    results, in_flight, buffer = {}, None, b""
+    while len(results) < len(keys):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([read_fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(read_fd, 1 << 16)
+        if not chunk or len(buffer) + len(chunk) > LINE_LIMIT:
+            break
+        *lines, buffer = (buffer + chunk).split(b"\n")
+        for line in lines:
+            message = _parse_result(line, keys)
+            if message is None:
+                continue
+            if message.get("event") == "start":
+                in_flight = message["key"]
+            else:
+                results[message["key"]] = message
+                in_flight = None
+    return results, in_flight
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -17,11 +17,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 NOBODY = 65534
+UID_BASE = 64000  # workers run as 64000, 64001, ... one uid per concurrent worker
 
 
 @dataclass(frozen=True)
@@ -40,20 +43,54 @@ class Limits:
             resource.setrlimit(limit, (value, value))
 
 
+class UidPool:
+    """Hands each concurrent worker its own unprivileged uid.
+
+    The process limit (RLIMIT_NPROC) counts per uid, so with a shared uid one student's fork bomb would
+    stop the next student's ranks from starting.
+    """
+
+    def __init__(self, base: int):
+        self.base, self._free, self._lock = base, [], threading.Lock()
+        self._next = base
+
+    @contextmanager
+    def take(self):
+        with self._lock:
+            uid = self._free.pop() if self._free else self._next
+            self._next += uid == self._next
+        try:
+            yield uid
+        finally:
+            with self._lock:
+                self._free.append(uid)
+
+
 @dataclass(frozen=True)
 class Sandbox:
     mode: str                 # "bubblewrap", "rlimits" or "off"
     limits: Limits
-    uid: int | None           # the uid the worker runs as, when we switch to one
+    uid: int | None           # first uid workers run as, when we switch users (we are root)
     warning: str = ""
+    uids: UidPool | None = field(default=None, compare=False, repr=False)
 
-    def command(self, argv: list[str]) -> list[str]:
+    @contextmanager
+    def worker_command(self, argv: list[str]):
+        """The command line that starts one worker, valid while the block runs (it holds a uid)."""
         if self.mode != "bubblewrap":
-            return argv
-        return _bwrap_args(self.limits, self.uid) + argv
+            yield argv
+        elif self.uid is None:
+            yield _bwrap_args(self.limits, None) + argv
+        else:
+            with self.uids.take() as uid:
+                yield _bwrap_args(self.limits, uid) + argv
+
+    def __reduce__(self):  # a fresh uid pool wherever the sandbox is unpickled (Dask workers)
+        return (Sandbox, (self.mode, self.limits, self.uid, self.warning,
+                          UidPool(self.uid) if self.uid is not None else None))
 
     def describe(self) -> str:
-        who = f"uid {self.uid}" if self.uid is not None else f"uid {os.getuid()}"
+        who = f"uids from {self.uid}" if self.uid is not None else f"uid {os.getuid()}"
         return {"bubblewrap": f"bubblewrap namespaces (no network, private /tmp, read-only Python), {who}, rlimits",
                 "rlimits": f"rlimits only, {who}", "off": "no isolation"}[self.mode]
 
@@ -62,7 +99,8 @@ def _etc_files() -> str:
     """A tiny /etc for the sandbox: the hostname resolves (gloo asks), the uid has a name."""
     folder = tempfile.mkdtemp(prefix="grader-etc-")
     Path(folder, "hosts").write_text("127.0.0.1 localhost grader\n")
-    Path(folder, "passwd").write_text(f"root:x:0:0::/:/bin/false\nnobody:x:{NOBODY}:{NOBODY}::/tmp:/bin/false\n")
+    students = "".join(f"student{i}:x:{UID_BASE + i}:{UID_BASE + i}::/tmp:/bin/false\n" for i in range(256))
+    Path(folder, "passwd").write_text(f"root:x:0:0::/:/bin/false\nnobody:x:{NOBODY}:{NOBODY}::/tmp:/bin/false\n" + students)
     Path(folder, "group").write_text(f"root:x:0:\nnogroup:x:{NOBODY}:\n")
     for name in os.listdir(folder):
         os.chmod(Path(folder, name), 0o644)
@@ -145,8 +183,10 @@ def make_sandbox(enabled: bool = True, limits: Limits | None = None, uid: int | 
     if not enabled:
         return Sandbox("off", limits, None, "Isolation is off (--no-sandbox): submitted code runs with your rights.")
     if _bwrap_works():
-        drop_to = (uid if uid is not None else NOBODY) if os.geteuid() == 0 else None
-        return Sandbox("bubblewrap", limits, drop_to)
+        if os.geteuid() != 0:  # already unprivileged: keep our uid
+            return Sandbox("bubblewrap", limits, None)
+        base = uid if uid is not None else UID_BASE
+        return Sandbox("bubblewrap", limits, base, uids=UidPool(base))
     reason = ("bubblewrap (bwrap) is not installed" if not shutil.which("bwrap")
               else "bubblewrap cannot create namespaces here")
     return Sandbox("rlimits", limits, None,

@@ -69,22 +69,29 @@ def _run_task_in_child(task: dict, as_reference: bool, write_fd: int) -> None:
         os._exit(status)
 
 
-def _read_until(fd: int, deadline: float, limit: int) -> tuple[bytes, bool]:
-    """Read a pipe until EOF or the deadline; returns (data, finished)."""
-    chunks, size = [], 0
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return b"".join(chunks), False
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            continue
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            return b"".join(chunks), True
-        size += len(chunk)
-        if size <= limit:
-            chunks.append(chunk)
+def _collect_child(pid: int, fd: int, deadline: float, limit: int) -> tuple[bytes, int | None]:
+    """Read the child's result until it exits (or the deadline); returns (data, wait status or None).
+
+    We stop at the child's exit, not at end-of-file: a grandchild it left running may still hold the pipe.
+    """
+    chunks, size, status = [], 0, None
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.02)
+        if ready:
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                size += len(chunk)
+                if size <= limit:
+                    chunks.append(chunk)
+                continue
+        if status is None:
+            done, wait_status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = wait_status
+                continue  # drain what it wrote before exiting
+        if status is not None or (ready and not chunk):
+            break
+    return b"".join(chunks), status
 
 
 def _wait_until(pid: int, deadline: float) -> int | None:
@@ -140,26 +147,25 @@ def run_task(task: dict, as_reference: bool) -> dict:
         _run_task_in_child(task, as_reference, write_fd)
     os.close(write_fd)
     timeout = float(task["timeout"])
-    deadline = time.monotonic() + timeout
-    data, finished = _read_until(read_fd, deadline, RESULT_LIMIT)
+    data, wait_status = _collect_child(pid, read_fd, time.monotonic() + timeout, RESULT_LIMIT)
     os.close(read_fd)
-    wait_status = _wait_until(pid, deadline)
-    if wait_status is None:  # still running: it closed the pipe, or the deadline passed
-        finished = False
-        _stop_everything_but_me(pid)
+    if wait_status is None:  # end-of-file came just before the exit, or the deadline passed
+        wait_status = _wait_until(pid, time.monotonic() + 0.5)
+    timed_out = wait_status is None
+    _stop_everything_but_me(pid)  # the task's session, and any grandchild it left running
+    if timed_out:
         _, wait_status = os.waitpid(pid, 0)
-    _stop_everything_but_me(pid)  # grandchildren the task left running must not outlive it
     result = {"key": task["key"], "output": _output_tail()}
     try:
-        message = json.loads(data) if finished and data and len(data) <= RESULT_LIMIT else None
+        message = json.loads(data) if data and len(data) <= RESULT_LIMIT and not timed_out else None
     except ValueError:
         message = None
     if isinstance(message, dict) and message.get("status") in ("ok", "failed"):
         result.update(status=message["status"], observation=message.get("observation"),
                       reason=str(message.get("reason", "")))
     else:
-        result.update(status="failed", observation=None, reason=_why_no_result(
-            wait_status if finished else None, not finished, timeout))
+        result.update(status="failed", observation=None,
+                      reason=_why_no_result(None if timed_out else wait_status, timed_out, timeout))
     return result
 
 

@@ -160,8 +160,8 @@ def _variant(backward="(loss / accumulation_steps).backward()", when="(i + 1) % 
 
 WRONG = {
     "no_division_by_k": (_variant(backward="loss.backward()"), ["average gradient", "Final parameters"]),
-    "steps_every_batch": (_variant(when="True"), ["every 4 batches", "Honours"]),
-    "hard_coded_4": (_variant(when="(i + 1) % 4 == 0"), ["Honours"]),
+    "steps_every_batch": (_variant(when="True"), ["Steps once every"]),
+    "hard_coded_4": (_variant(when="(i + 1) % 4 == 0"), ["Steps once every"]),
     "hard_coded_divisor": (_variant(backward="(loss / 4).backward()"), ["average gradient"]),
     "never_zeroes_after_step": (_variant(zero="pass"), ["average gradient", "Final parameters"]),
     "off_by_one_window": (_variant(when="i % accumulation_steps == 0"), ["average gradient"]),
@@ -251,7 +251,7 @@ def train_with_accumulation(model, dataloader, optimizer, criterion, accumulatio
             opt.step()
             opt.zero_grad()
     return total / len(dataloader)
-''', ["every 4 batches", "Final parameters"]),
+''', ["Steps once every", "Final parameters"]),
     "not_implemented": ('''
 def train_with_accumulation(model, dataloader, optimizer, criterion, accumulation_steps=4):
     # YOUR CODE HERE

@@ -1,0 +1,150 @@
+"""Hostile submissions: each scores 0 with a clear reason, and honest students in the same batch keep full marks.
+
+Every hostile cell below would earn marks, or break grading, under plain in-kernel nbgrader grading.
+Where a cell *could* cheat if the sandbox let it (read the solutions, reach the network), it cheats when
+it can and fails loudly when it cannot, so a 0 proves the door was shut.
+"""
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from submission_factory import filled, reference_source, write
+
+NB = "01_gradient_accumulation.ipynb"
+EX = "train_with_accumulation"
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+WRONG_BODY = '''
+def train_with_accumulation(model, dataloader, optimizer, criterion, accumulation_steps=4):
+    return 0.0  # trains nothing
+'''
+
+HOSTILE = {  # student: (cell source, phrase expected in the feedback)
+    "exits_at_definition": ("import os\nos._exit(0)\n" + WRONG_BODY, "ended the process"),
+    "sys_exit_in_function": ("import sys\ndef train_with_accumulation(*a, **k):\n    sys.exit(0)\n", "SystemExit"),
+    "hangs_at_definition": ("while True:\n    pass\n", "did not finish within"),
+    "hangs_in_function": ("def train_with_accumulation(*a, **k):\n    while True:\n        pass\n", "did not finish within"),
+    "floods_output": ("import sys\nwhile True:\n    sys.stdout.write('spam' * 10000)\n", "more output than the grader allows"),
+    "giant_allocation": ("import torch\nhog = torch.empty(2 ** 42)\n" + WRONG_BODY, "can't allocate memory"),
+    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", "did not finish within"),
+    "kills_grader_worker": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + WRONG_BODY, "stopped the grading worker"),
+    "patches_comparisons": ('''
+import math, torch, numpy
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True
+torch.testing.assert_close = lambda *a, **k: None
+math.isclose = lambda *a, **k: True
+numpy.allclose = lambda *a, **k: True
+import autograder.exercise as ex
+ex.close = lambda *a, **k: True
+ex.max_abs_diff = lambda *a, **k: 0.0
+''' + WRONG_BODY, "differ"),
+    "replaces_exceptions_and_hooks": ('''
+import builtins, sys
+builtins.AssertionError = type("AssertionError", (Exception,), {})
+builtins.Exception = type("Exception", (BaseException,), {})
+sys.excepthook = lambda *a: None
+sys.displayhook = lambda value: None
+''' + WRONG_BODY, "differ"),
+    "fakes_the_observation": ('''
+import autograder.exercises.train_with_accumulation as me
+def fake(fn):
+    return {"scenarios": {k: {"returned_is_float": True, "returned_has_graph": False, "returned_type": "float",
+            "returned": 1.0, "steps": 2, "step_grads": [], "params": [], "training": True, "max_graphs_alive": 0}
+            for k in me.SCENARIOS}}
+object.__setattr__(me.EXERCISE, "observe", fake)
+''' + WRONG_BODY, "differ"),
+    "copies_the_reference_solution": ('''
+import json, glob, os, autograder
+repo = os.path.dirname(os.path.dirname(autograder.__file__))
+paths = [p for pattern in (f"{repo}/solutions/*/*.ipynb", f"{repo}/**/*.ipynb", "/home/**/*.ipynb", "/srv/**/*.ipynb")
+         for p in glob.glob(pattern, recursive=True)]
+if not paths:
+    raise RuntimeError("no solutions visible")
+cells = json.load(open(paths[0]))["cells"]
+exec("".join(next(c["source"] for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == "train_with_accumulation")))
+''', "no solutions visible"),
+    "imports_the_reference_loader": ('''
+from autograder.reference import reference_function
+train_with_accumulation = reference_function("train_with_accumulation")
+''', "solutions"),
+    "reads_the_gradebook": ('''
+import os, autograder
+course = os.path.join(os.path.dirname(autograder.__file__), "course")
+if not os.listdir(course):
+    raise RuntimeError("the course folder is empty here")
+''' + WRONG_BODY, "empty here"),
+    "uses_the_network": ('''
+import socket
+socket.create_connection(("1.1.1.1", 443), timeout=3)
+''' + WRONG_BODY, "Network is unreachable"),
+    "writes_outside_its_folder": ('''
+import autograder, os
+open(os.path.join(os.path.dirname(autograder.__file__), "pwned.py"), "w").write("x = 1")
+''' + WRONG_BODY, "Read-only file system"),
+    "leaves_a_daemon_behind": ('''
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            time.sleep(1)
+    os._exit(0)
+''' + WRONG_BODY, "differ"),
+}
+HONEST = ["honest_1", "honest_2", "honest_3"]
+
+
+def _sandbox_uids():
+    """uids of processes the grader's sandboxes run as (64000 and up), as seen in /proc."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            uid = int(next(l for l in open(f"/proc/{pid}/status") if l.startswith("Uid:")).split()[1])
+        except (OSError, StopIteration):
+            continue
+        if 64000 <= uid < 65000:
+            found.append(pid)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    submissions = tmp_path_factory.mktemp("hostile")
+    for student, (source, _) in HOSTILE.items():
+        write(submissions, student, NB, filled(NB, {EX: source}))
+    for student in HONEST:
+        write(submissions, student, NB, filled(NB, {EX: reference_source(EX)}))
+    out = tmp_path_factory.mktemp("out")
+    run = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out),
+                          "--quiet", "--timeout", "8"], capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stdout + run.stderr
+    with open(out / "grades.csv", newline="") as f:
+        return {r["student"]: r for r in csv.DictReader(f)}, run
+
+
+@pytest.mark.parametrize("student", sorted(HOSTILE))
+def test_hostile_scores_zero_with_reason(graded, student):
+    table, _ = graded
+    row = table[student]
+    assert float(row["score"]) == 0.0, row
+    assert HOSTILE[student][1] in row["feedback"], row
+
+
+def test_honest_students_keep_full_marks(graded):
+    table, _ = graded
+    for student in HONEST:
+        assert float(table[student]["score"]) == float(table[student]["max_score"]) > 0, table[student]
+
+
+def test_nothing_escaped(graded):
+    table, run = graded
+    assert "isolation: bubblewrap" in run.stdout or "bwrap" in run.stderr
+    assert not (REPO / "autograder" / "pwned.py").exists()
+    assert _sandbox_uids() == [], "a sandboxed process outlived grading"
+    assert len(table) == len(HOSTILE) + len(HONEST)
