@@ -30,6 +30,7 @@ class BatchSummary:
     seconds: float = 0.0
     phases: dict = field(default_factory=dict)
     isolation: str = ""
+    gradebook: str = ""        # where scores were recorded for nbgrader's tools, if asked
 
     def line(self) -> str:
         return (f"{self.students} students: {self.graded} fully graded, {self.with_problems} with ungradable "
@@ -56,7 +57,7 @@ def _wanted_notebooks(submissions: list[Submission], course: Course) -> list[str
 
 def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: int | None = None,
                 timeout: float | None = None, dask_address: str | None = None, progress: bool = True,
-                notebooks: list[str] | None = None) -> tuple[list[Row], BatchSummary]:
+                notebooks: list[str] | None = None, gradebook: bool = False) -> tuple[list[Row], BatchSummary]:
     started = time.perf_counter()
     course = load_course()
     submissions = discover(Path(submissions_path), course)
@@ -89,6 +90,10 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
 
     all_rows = [r for student in sorted(rows_by_student) for r in rows_by_student[student]]
     write_reports(out, all_rows, exercises)
+    if gradebook:
+        from .gradebook import record_in_gradebook
+
+        summary.gradebook = record_in_gradebook(all_rows, submissions, course)
     summary.graded = sum(all(r.graded for r in rows) for rows in rows_by_student.values())
     summary.with_problems = summary.students - summary.graded
     summary.seconds = time.perf_counter() - started

@@ -21,11 +21,10 @@ def _grade(args) -> int:
 
         shutil.rmtree(out / ".state")
     rows, summary = grade_class(Path(args.submissions), out, sandbox, jobs=args.jobs, timeout=args.timeout,
-                                dask_address=args.dask, progress=not args.quiet, notebooks=args.notebook)
-    if args.gradebook:
-        from .gradebook import record_in_gradebook
-
-        print(record_in_gradebook(rows))
+                                dask_address=args.dask, progress=not args.quiet, notebooks=args.notebook,
+                                gradebook=args.gradebook)
+    if summary.gradebook:
+        print(summary.gradebook)
     print(summary.line())
     print(f"wrote {out / 'grades.csv'}, {out / 'summary.csv'} and {out / 'feedback'}/")
     return 0

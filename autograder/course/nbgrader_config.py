@@ -14,7 +14,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 
 c.CourseDirectory.course_id = "training-at-scale"
-c.CourseDirectory.root = str(HERE)
+# NBGRADER_COURSE_ROOT moves the instructor's state elsewhere (the tests use a temporary folder).
+c.CourseDirectory.root = os.environ.get("NBGRADER_COURSE_ROOT", str(HERE))
 c.CourseDirectory.source_directory = str(REPO / "solutions")
 c.CourseDirectory.release_directory = str(REPO / "notebooks")
 # Students and instructors on one machine share this exchange; on JupyterHub point it at a shared folder.
