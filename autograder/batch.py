@@ -78,13 +78,13 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
         else:
             todo.append(sub)
 
-    phases = {"reference_s": reference_s, "parse_s": 0.0, "run_s": 0.0, "verdict_s": 0.0}
+    phases = {"reference_s": reference_s, "parse_s": 0.0, "run_s": 0.0, "verdict_s": 0.0, "worker_peak_mib": 0.0}
     bar = tqdm(total=len(todo), desc="grading", unit="student", disable=not progress)
     for sub, (rows, timings) in _grade_all(todo, course, wanted, references, sandbox, timeout, jobs, dask_address):
         _save_state(state, sub, version, wanted, rows)
         rows_by_student[sub.student] = rows
         for key, value in timings.items():
-            phases[key] += value
+            phases[key] = max(phases[key], value) if key == "worker_peak_mib" else phases[key] + value
         bar.update()
     bar.close()
 

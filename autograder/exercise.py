@@ -127,6 +127,19 @@ def max_abs_diff(a: list, b: list) -> float:
     return worst
 
 
+def parallel(a: list, b: list, *, min_cos: float = 1 - 1e-6) -> bool:
+    """a = c·b for some c > 0, up to ``min_cos`` (cosine similarity): the same direction, any scale.
+
+    The exercises use it as *evidence* that a function really computed something from the seeded data
+    (e.g. its first update points the reference's way), which an impostor observation cannot invent.
+    """
+    if not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b) or not a:
+        return False
+    dot = sum(float(x) * float(y) for x, y in zip(a, b))
+    na, nb = math.sqrt(sum(float(x) ** 2 for x in a)), math.sqrt(sum(float(y) ** 2 for y in b))
+    return na > 0 and nb > 0 and math.isfinite(dot) and dot / (na * nb) > min_cos
+
+
 def close(a: list, b: list, *, atol: float, rtol: float = 0.0) -> bool:
     """Elementwise |a-b| <= atol + rtol*|b|, written in plain Python."""
     if not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b):

@@ -6,7 +6,9 @@ top of ``solutions/`` (the start page) copied without outputs. ``check_generated
 temporary folder and compares, which is what CI runs.
 """
 import json
+import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -16,6 +18,9 @@ COURSE_DIR = Path(__file__).resolve().parent / "course"
 
 
 def _nbgrader_api(release: Path, db: Path):
+    # nbgrader runs `alembic` for its database: make this interpreter's scripts findable even when the
+    # virtual environment is not activated.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     from nbgrader.apps import NbGraderAPI
     from traitlets.config import Config, PyFileConfigLoader
 
@@ -56,25 +61,30 @@ def generate_into(release: Path) -> list[str]:
             result = api.generate_assignment(assignment, force=True, create=True)
             if not result["success"]:
                 raise RuntimeError(f"nbgrader could not generate {assignment}:\n{result['log']}\n{result['error']}")
-            log.append(f"generated {release.name}/{assignment}")
+            log.append(f"generated notebooks/{assignment}")
     for page in sorted(solutions.glob("*.ipynb")):  # ungraded pages, e.g. the start page
         shutil.copyfile(page, release / page.name)
         clear_outputs(release / page.name)
-        log.append(f"copied {release.name}/{page.name}")
+        log.append(f"copied notebooks/{page.name}")
     for nb in release.rglob("*.ipynb"):
         clear_outputs(nb)  # one JSON layout for every file, whichever tool wrote it
     return log
 
 
 def generate() -> list[str]:
+    """Regenerate notebooks/; it is replaced only once the whole generation succeeded."""
     root = course_root()
     log = [f"cleared outputs of {p.relative_to(root)}" for p in sorted((root / "solutions").rglob("*.ipynb"))
            if ".ipynb_checkpoints" not in p.parts and clear_outputs(p)]
     release = root / "notebooks"
-    for stale in release.glob("*"):
-        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
-    release.mkdir(exist_ok=True)
-    return log + generate_into(release)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        fresh = Path(tmp) / "notebooks"
+        fresh.mkdir()
+        log += generate_into(fresh)
+        if release.exists():
+            release.rename(Path(tmp) / "old")
+        fresh.rename(release)
+    return log
 
 
 def check_generated() -> list[str]:

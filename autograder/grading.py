@@ -62,14 +62,15 @@ def grade_submission(submission: Submission, course: Course, wanted: list[str], 
             tasks.append(Task(f"{name}::{exercise}", exercise, tuple(setup + [(f"your cell `{exercise}`", code)]),
                               timeout or get_exercise(exercise).timeout_s))
     parsed = time.perf_counter()
-    results = run_tasks(tasks, sandbox) if tasks else {}
+    results, peak_mib = run_tasks(tasks, sandbox) if tasks else ({}, 0.0)
     ran = time.perf_counter()
     for task in tasks:
         name, exercise = task.key.split("::")
         rows[(name, exercise)] = _judge(submission.student, name, exercise, results[task.key], references[exercise],
                                         notes[name])
     order = {(n, e): i for i, (n, e) in enumerate((n, e) for n in wanted for e in course.notebooks[n].exercises)}
-    timings = {"parse_s": parsed - started, "run_s": ran - parsed, "verdict_s": time.perf_counter() - ran}
+    timings = {"parse_s": parsed - started, "run_s": ran - parsed, "verdict_s": time.perf_counter() - ran,
+               "worker_peak_mib": peak_mib}
     return [rows[key] for key in sorted(rows, key=order.get)], timings
 
 
@@ -93,7 +94,7 @@ def reference_observations(course: Course, exercises: list[str], sandbox: Sandbo
     from .reference import reference_cells
 
     tasks = [Task(e, e, tuple(reference_cells(e)), max(get_exercise(e).timeout_s, 120)) for e in exercises]
-    results = run_tasks(tasks, sandbox, as_reference=True)
+    results, _ = run_tasks(tasks, sandbox, as_reference=True)
     broken = {k: r["reason"] for k, r in results.items() if r["status"] != "ok"}
     if broken:
         raise RuntimeError(f"the reference solutions could not be observed: {broken}")

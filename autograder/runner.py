@@ -31,19 +31,22 @@ def failed(key: str, reason: str, output: str = "") -> dict:
     return {"key": key, "status": "failed", "observation": None, "reason": reason, "output": output}
 
 
-def run_tasks(tasks: list[Task], sandbox: Sandbox, *, as_reference: bool = False) -> dict[str, dict]:
-    """Run every task; returns ``{key: result}`` with a result for every task, whatever happens."""
+def run_tasks(tasks: list[Task], sandbox: Sandbox, *, as_reference: bool = False) -> tuple[dict[str, dict], float]:
+    """Run every task; returns ``{key: result}`` with a result for every task, whatever happens, and the
+    workers' peak memory (MiB, largest process)."""
     results: dict[str, dict] = {}
+    peak_mib = 0.0
     remaining = list(tasks)
     while remaining:
-        got, in_flight, problem = _run_worker(remaining, sandbox, as_reference)
+        got, in_flight, problem, peak_kib = _run_worker(remaining, sandbox, as_reference)
+        peak_mib = max(peak_mib, peak_kib / 1024)
         results.update(got)
         remaining = [t for t in remaining if t.key not in results]
         if remaining:
             victim = in_flight or remaining[0].key
             results[victim] = failed(victim, problem)
             remaining = [t for t in remaining if t.key != victim]
-    return results
+    return results, peak_mib
 
 
 def _parse_result(line: bytes, keys: set[str]) -> dict | None:
@@ -88,14 +91,14 @@ def _run_worker(tasks: list[Task], sandbox: Sandbox, as_reference: bool):
                 results, in_flight = _collect(read_fd, {t.key for t in tasks}, deadline)
             finally:
                 os.close(read_fd)
-                _stop(proc)
+                peak_kib = _stop(proc)
         problem = ("Your code stopped the grading worker itself (for example by killing its parent process), "
                    "so this exercise could not be graded.")
         if not results and in_flight is None:
             errors.seek(0)
             tail = errors.read()[-1500:].decode(errors="replace").strip()
             problem = f"The grading worker could not start: {tail or 'no message'}"
-    return results, in_flight, problem
+    return results, in_flight, problem, peak_kib
 
 
 def _collect(read_fd: int, keys: set[str], deadline: float) -> tuple[dict, str | None]:
@@ -124,11 +127,12 @@ def _collect(read_fd: int, keys: set[str], deadline: float) -> tuple[dict, str |
     return results, in_flight
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """End the worker and everything it started (its own session)."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, 9)
-        except ProcessLookupError:
-            pass
-    proc.wait()
+def _stop(proc: subprocess.Popen) -> int:
+    """End the worker and everything it started (its own session); returns its peak memory in KiB."""
+    try:
+        os.killpg(proc.pid, 9)
+    except ProcessLookupError:
+        pass
+    _, status, usage = os.wait4(proc.pid, 0)  # the rusage of the sandbox and every process under it
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_maxrss

@@ -4,13 +4,12 @@ Observed on tiny seeded problems (a 2-layer MLP on random data, 4 samples a batc
 what the function returns, how often the optimizer steps, the gradient each step
 applies, the final parameters, and how many batches' autograd graphs stay alive.
 """
-import math
 import weakref
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..exercise import Check, Exercise, close, params_data, run_scenario, scenario, tensor_data
+from ..exercise import Check, Exercise, close, parallel, params_data, run_scenario, scenario, tensor_data
 
 IN, HIDDEN, OUT, BATCH = 8, 16, 4, 4
 ATOL = 1e-5  # float32 round-off between valid styles (e.g. dividing the loss or the gradient)
@@ -155,18 +154,9 @@ def check_return(student, reference):
     return None
 
 
-def _parallel(a: list, b: list) -> bool:
-    """a = c·b for some c > 0 (cosine similarity ≈ 1): the same direction, any scale."""
-    if not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b) or not a:
-        return False
-    dot = sum(x * y for x, y in zip(a, b))
-    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
-    return na > 0 and nb > 0 and dot / (na * nb) > 1 - 1e-6
-
-
 def first_step_is_genuine(got: dict, want: dict) -> bool:
     """Data evidence that the function really trained: its first step's gradient points the reference's way."""
-    return bool(got["step_grads"]) and _parallel(got["step_grads"][0], want["step_grads"][0])
+    return bool(got["step_grads"]) and parallel(got["step_grads"][0], want["step_grads"][0])
 
 
 def check_step_timing(student, reference):

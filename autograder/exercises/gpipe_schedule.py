@@ -1,0 +1,226 @@
+"""Lesson 4 exercise: ``gpipe_schedule(num_stages, num_microbatches)``.
+
+The function returns the GPipe time-step table: a list with one entry per time step, each a
+list of ``num_stages`` slots holding ``None`` (the stage idles) or ``("F", j)`` / ``("B", j)``
+(the forward / backward of micro-batch ``j``). Every forward and backward takes one step.
+
+``observe`` only calls the function and turns what it returns into plain lists; the checks
+parse those lists themselves and test properties (completeness, dependencies, GPipe order,
+length, bubble) as well as equality with the reference table.
+"""
+from ..exercise import NOT_DONE, Check, Exercise, ScenarioError, run_scenario
+
+# (num_stages, num_microbatches): the first is the lesson's example; the rest are hidden.
+MAIN_CASES = [(2, 4), (4, 8), (3, 5), (5, 3), (4, 4), (6, 9), (3, 2)]
+EDGE_CASES = [(1, 1), (1, 4), (3, 1), (2, 1)]  # one stage (no pipeline), one micro-batch (no overlap)
+MAX_STEPS, MAX_ITEMS = 400, 64  # anything larger cannot be a schedule for these cases
+
+
+# ---- observing: the returned value as plain data -------------------------------------------
+
+def _plain(value, depth=0):
+    """Lists for any sequence, ints/strings/None kept, anything else as a short description."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return value[:40]
+    if isinstance(value, int) or type(value).__name__ in ("int64", "int32", "int16", "int8"):
+        return int(value)
+    if isinstance(value, (list, tuple)) and depth < 3:
+        return [_plain(v, depth + 1) for v in list(value)[:MAX_STEPS if depth == 0 else MAX_ITEMS]]
+    return f"<{type(value).__name__}>"
+
+
+def _call(fn, p, m):
+    table = fn(p, m)
+    if not isinstance(table, (list, tuple)):
+        return {"type": type(table).__name__}
+    return {"type": "list", "length": len(table), "table": _plain(table)}
+
+
+def observe(fn) -> dict:
+    return {"scenarios": {f"{p}x{m}": run_scenario(lambda p=p, m=m: _call(fn, p, m))
+                          for p, m in MAIN_CASES + EDGE_CASES}}
+
+
+def _relabel_backward(table, m):
+    """The same table with backward micro-batches taken in the other order (last first)."""
+    return [[["B", m - 1 - slot[1]] if isinstance(slot, list) and slot[0] == "B" else slot for slot in step]
+            for step in table]
+
+
+def observe_reference(fn) -> dict:
+    observation = observe(fn)
+    observation["accepted"] = {
+        key: [data["table"], _relabel_backward(data["table"], int(key.split("x")[1]))]
+        for key, data in observation["scenarios"].items()}
+    return observation
+
+
+# ---- reading a table (never trusting its shape) ---------------------------------------------
+
+def _what(p, m):
+    return f"num_stages={p}, num_microbatches={m}"
+
+
+def read_table(student, p, m):
+    """The student's table for (p, m) as a list of steps of (kind, j) / None, or a ScenarioError."""
+    data = student.get("scenarios", {}).get(f"{p}x{m}")
+    if data is None:
+        raise ScenarioError(f"No result for {_what(p, m)}: the grader's observation is incomplete.")
+    if "error" in data:
+        if data["error"].startswith("NotImplementedError"):
+            raise ScenarioError(NOT_DONE)
+        raise ScenarioError(f"Your function raised {data['error']} when called with {_what(p, m)}.")
+    if data.get("type") != "list":
+        raise ScenarioError(f"With {_what(p, m)} your function returned a {data.get('type')}, "
+                            "not a list of time steps.")
+    if data["length"] > MAX_STEPS:
+        raise ScenarioError(f"With {_what(p, m)} your table has {data['length']} time steps, far more than "
+                            f"a schedule needs.")
+    table = []
+    for t, step in enumerate(data["table"]):
+        if not isinstance(step, list) or len(step) != p:
+            size = f"{len(step)} slots" if isinstance(step, list) else f"a {type(step).__name__}"
+            raise ScenarioError(f"With {_what(p, m)} time step {t} holds {size}; each time step must be a list "
+                                f"with one slot per stage ({p}).")
+        row = []
+        for s, slot in enumerate(step):
+            if slot is None:
+                row.append(None)
+                continue
+            ok = (isinstance(slot, list) and len(slot) == 2 and slot[0] in ("F", "B")
+                  and isinstance(slot[1], int) and not isinstance(slot[1], bool) and 0 <= slot[1] < m)
+            if not ok:
+                raise ScenarioError(f"With {_what(p, m)} the slot of stage {s} at time step {t} is {repr(slot)[:60]}; a slot "
+                                    f"must be None, ('F', j) or ('B', j) with 0 <= j < {m}.")
+            row.append((slot[0], slot[1]))
+        table.append(row)
+    return table
+
+
+def when_ops_run(table, p, m):
+    """{(kind, stage, j): [time steps]} for every operation in the table."""
+    times = {(kind, s, j): [] for kind in "FB" for s in range(p) for j in range(m)}
+    for t, step in enumerate(table):
+        for s, slot in enumerate(step):
+            if slot is not None:
+                times[(slot[0], s, slot[1])].append(t)
+    return times
+
+
+# ---- the checks ----------------------------------------------------------------------------
+
+def check_format(student, reference):
+    for p, m in MAIN_CASES + EDGE_CASES:
+        read_table(student, p, m)
+    return None
+
+
+def check_every_op_once(student, reference):
+    for p, m in MAIN_CASES:
+        times = when_ops_run(read_table(student, p, m), p, m)
+        for (kind, s, j), ts in times.items():
+            if len(ts) != 1:
+                word = "never runs" if not ts else f"runs {len(ts)} times (at steps {ts[:4]})"
+                return (f"With {_what(p, m)} the {'forward' if kind == 'F' else 'backward'} of micro-batch {j} "
+                        f"on stage {s} {word}; each must run exactly once on every stage.")
+    return None
+
+
+def check_dependencies(student, reference):
+    for p, m in MAIN_CASES:
+        times = when_ops_run(read_table(student, p, m), p, m)
+        first = {op: min(ts) for op, ts in times.items() if ts}
+        for (kind, s, j), t in sorted(first.items(), key=lambda item: item[1]):
+            needs = []
+            if kind == "F" and s > 0:
+                needs.append((("F", s - 1, j), f"the forward of micro-batch {j} on stage {s - 1} (its input)"))
+            if kind == "B" and s < p - 1:
+                needs.append((("B", s + 1, j), f"the backward of micro-batch {j} on stage {s + 1} (its gradient)"))
+            if kind == "B":
+                needs.append((("F", s, j), f"its own forward (the saved activations)"))
+            for op, what in needs:
+                if op not in first or first[op] >= t:
+                    name = "forward" if kind == "F" else "backward"
+                    return (f"With {_what(p, m)} the {name} of micro-batch {j} on stage {s} runs at step {t}, but "
+                            f"{what} has not run on an earlier step: an operation needs its inputs first.")
+    return None
+
+
+def check_gpipe_order(student, reference):
+    for p, m in MAIN_CASES:
+        table = read_table(student, p, m)
+        for s in range(p):
+            kinds = [step[s][0] for step in table if step[s] is not None]
+            if "B" in kinds and "F" in kinds[kinds.index("B"):]:
+                t = [t for t, step in enumerate(table) if step[s] is not None and step[s][0] == "F"][-1]
+                return (f"With {_what(p, m)} stage {s} runs a forward at step {t} after it has started backwards: "
+                        "that is 1F1B's order; in GPipe every stage finishes all forwards before any backward.")
+    return None
+
+
+def check_minimal_length(student, reference):
+    for p, m in MAIN_CASES:
+        table = read_table(student, p, m)
+        want = 2 * (m + p - 1)
+        if len(table) != want:
+            return (f"With {_what(p, m)} your table has {len(table)} time steps; the shortest GPipe schedule has "
+                    f"2(m + p - 1) = {want}: start every operation as early as its inputs allow.")
+    return None
+
+
+def check_bubble(student, reference):
+    for p, m in MAIN_CASES:
+        table = read_table(student, p, m)
+        idle = sum(slot is None for step in table for slot in step)
+        busy = sum(slot is not None for step in table for slot in step)
+        fraction = idle / (idle + busy) if idle + busy else 1.0
+        want = (p - 1) / (m + p - 1)
+        if busy != 2 * p * m or abs(fraction - want) > 1e-12:
+            return (f"With {_what(p, m)} {fraction:.3f} of the stage-steps in your table are idle; the GPipe bubble "
+                    f"is (p - 1)/(m + p - 1) = {want:.3f}, with 2m busy steps per stage.")
+    return None
+
+
+def _matches(student, reference, cases):
+    for p, m in cases:
+        table = [[list(slot) if slot else None for slot in step] for step in read_table(student, p, m)]
+        if table not in reference["accepted"][f"{p}x{m}"]:
+            ref = reference["accepted"][f"{p}x{m}"][0]
+            for t, (got, want) in enumerate(zip(table, ref)):
+                if got != want:
+                    shown = [tuple(x) if x else None for x in want]
+                    return (f"With {_what(p, m)} time step {t} differs from the reference schedule, which runs "
+                            f"{shown} there (micro-batches in order, each operation as early as possible).")
+            return f"With {_what(p, m)} your table has {len(table)} time steps; the reference has {len(ref)}."
+    return None
+
+
+def check_reference(student, reference):
+    return _matches(student, reference, MAIN_CASES)
+
+
+def check_edges(student, reference):
+    return _matches(student, reference, EDGE_CASES)
+
+
+EXERCISE = Exercise(
+    name="gpipe_schedule",
+    notebook="04_model_pipeline_parallel.ipynb",
+    observe=observe,
+    observe_reference=observe_reference,
+    timeout_s=30,
+    checks=[
+        Check("Returns the documented table: time steps of num_stages slots (None, ('F', j) or ('B', j))", 1,
+              check_format),
+        Check("Runs every forward and every backward exactly once on every stage", 2, check_every_op_once),
+        Check("Respects the dependencies between stages and between a forward and its backward", 2,
+              check_dependencies),
+        Check("Keeps GPipe's order: every stage finishes its forwards before its backwards", 1, check_gpipe_order),
+        Check("Is as short as possible: 2(m + p - 1) time steps", 1, check_minimal_length),
+        Check("Has the bubble (p - 1)/(m + p - 1) of idle stage-steps", 1, check_bubble),
+        Check("Matches the reference schedule step by step (including hidden cases)", 2, check_reference),
+        Check("Handles the edge cases: one stage, one micro-batch", 1, check_edges),
+    ],
+)

@@ -1,0 +1,321 @@
+"""Lesson 2 exercise: ``train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16) -> model``.
+
+Observed on tiny seeded problems (a 2-layer MLP on random data, 4 samples a batch), on the CPU and,
+when the grader has one, on a CUDA GPU: what the function returns, the model's mode, the dtype of
+every Linear layer's output inside the forward (is autocast in effect, in the requested dtype?),
+the parameters' dtype afterwards (fp32 master weights), how many optimizer steps really happen
+(``GradScaler.step`` skips ``optimizer.step`` when a gradient overflowed), whether ``.grad`` still
+holds the previous batch's gradient when each backward pass starts, the final parameters, and
+every ``GradScaler.update`` call with the scale after it.
+
+Watching ``GradScaler.update`` means wrapping the class's method while the scenario runs. That is
+grader code, restored afterwards; the student's scaler is created inside their function, so this is
+the one place its scale can be seen.
+"""
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from ..exercise import Check, Exercise, close, parallel, params_data, run_scenario, scenario
+
+IN, HIDDEN, OUT, BATCH, N_BATCHES = 8, 16, 4, 4, 6
+OVERFLOW_BATCH = 2   # this batch's inputs are 100x larger: its scaled fp16 gradients overflow
+OUTLIER = 100.0
+# Valid styles run the same low-precision ops, so on one device their results agree exactly (measured);
+# 2e-5 leaves room for a different summation order on a GPU while staying well below the gap between an
+# fp16 and an fp32 epoch of the default scenario (1.2e-4), let alone a wrong update (1e-2 and more).
+ATOL = 2e-5
+
+
+# ---- the problems -------------------------------------------------------------------------
+
+def make_problem(*, seed: int, device: str, dropout: bool = False, outlier_batch: int | None = None):
+    torch.manual_seed(seed)
+    layers = [torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU()]
+    if dropout:
+        layers.append(torch.nn.Dropout(0.3))
+    layers.append(torch.nn.Linear(HIDDEN, OUT))
+    model = torch.nn.Sequential(*layers).to(device)
+    x = torch.randn(N_BATCHES * BATCH, IN)
+    y = torch.randint(0, OUT, (N_BATCHES * BATCH,))
+    if outlier_batch is not None:
+        x[outlier_batch * BATCH:(outlier_batch + 1) * BATCH] *= OUTLIER
+    # The data stays on the CPU, as a DataLoader delivers it: the function moves it to the model's device.
+    loader = DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return model, loader, optimizer
+
+
+class WatchedScalers:
+    """While active, every ``torch.amp.GradScaler.update`` call is recorded: which scaler, its scale after."""
+
+    def __init__(self):
+        self.calls = []
+        self.scalers = []  # kept alive, so that a new scaler cannot reuse a freed one's identity
+
+    def __enter__(self):
+        cls = torch.amp.GradScaler
+        self.original = cls.__dict__["update"]
+        original, calls, scalers = self.original, self.calls, self.scalers
+
+        def update(scaler, *args, **kwargs):
+            result = original(scaler, *args, **kwargs)
+            if not any(s is scaler for s in scalers):
+                scalers.append(scaler)
+            calls.append({"scaler": next(i for i, s in enumerate(scalers) if s is scaler),
+                          "enabled": bool(scaler.is_enabled()), "scale": float(scaler.get_scale())})
+            return result
+
+        cls.update = update
+        return self
+
+    def __exit__(self, *exc):
+        torch.amp.GradScaler.update = self.original
+        return False
+
+
+class WatchedCriterion:
+    """Cross-entropy that notes, as each backward pass starts, whether .grad still holds an earlier batch's gradient."""
+
+    def __init__(self, model):
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.model = model
+        self.stale = []
+
+    def __call__(self, outputs, targets):
+        loss = self.loss_fn(outputs, targets)
+        if loss.requires_grad:  # the hook runs before backward reaches (and adds into) any parameter's .grad
+            loss.register_hook(self._backward_starts)
+        return loss
+
+    def _backward_starts(self, grad):
+        self.stale.append(any(p.grad is not None and bool(p.grad.count_nonzero()) for p in self.model.parameters()))
+
+
+def run_problem(fn, *, seed: int, device: str = "cpu", dtype=None, dropout=False, eval_first=False,
+                outlier_batch=None) -> dict:
+    model, loader, optimizer = make_problem(seed=seed, device=device, dropout=dropout, outlier_batch=outlier_batch)
+    steps = []  # a pre-hook sees only real steps: GradScaler.step skips optimizer.step on inf/NaN
+    optimizer.register_step_pre_hook(lambda opt, args, kwargs: steps.append(1))
+    initial, after_first_step = params_data(model), []
+    optimizer.register_step_post_hook(lambda opt, args, kwargs: after_first_step or after_first_step.append(
+        params_data(model)))
+    activation_dtypes, dropout_modes = set(), []
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            layer.register_forward_hook(lambda mod, inputs, output: activation_dtypes.add(str(output.dtype)))
+        if isinstance(layer, torch.nn.Dropout):
+            layer.register_forward_hook(lambda mod, inputs, output: dropout_modes.append(mod.training))
+    criterion = WatchedCriterion(model)
+    if eval_first:
+        model.eval()
+    torch.manual_seed(seed + 1000)  # dropout masks: the same stream for every implementation
+    args = (model, loader, optimizer, criterion) + (() if dtype is None else (dtype,))
+    with WatchedScalers() as scalers:
+        returned = fn(*args)
+    return {
+        "returned_model": returned is model,
+        "returned_type": type(returned).__name__,
+        "training": model.training,
+        "dropout_active": all(dropout_modes) if dropout_modes else None,
+        "activation_dtypes": sorted(activation_dtypes),
+        "param_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
+        "steps": len(steps),
+        "stale_grads_at_backward": criterion.stale,
+        "params": params_data(model),
+        "first_update": [a - b for a, b in zip(after_first_step[0], initial)] if after_first_step else [],
+        "updates": scalers.calls,  # scalers numbered in order of first use
+    }
+
+
+SCENARIOS = {  # name: options; dtype None calls with the default
+    "fp16_default": {},
+    "bf16": {"dtype": torch.bfloat16},
+    "fp16_overflow": {"dtype": torch.float16, "outlier_batch": OVERFLOW_BATCH},
+    "eval_dropout": {"dtype": torch.bfloat16, "dropout": True, "eval_first": True},
+}
+ON_CUDA = ("fp16_default", "bf16", "fp16_overflow")  # also observed on a GPU when the grader has one
+
+
+def devices() -> list[str]:
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def scenario_key(name: str, device: str) -> str:
+    return name if device == "cpu" else f"{name}@{device}"
+
+
+def observe(fn) -> dict:
+    scenarios = {}
+    for device in devices():
+        for i, (name, opts) in enumerate(SCENARIOS.items()):
+            if device != "cpu" and (name not in ON_CUDA or (opts.get("dtype") is torch.bfloat16
+                                                            and not torch.cuda.is_bf16_supported())):
+                continue
+            scenarios[scenario_key(name, device)] = run_scenario(
+                lambda opts=opts, seed=i, device=device: run_problem(fn, seed=seed, device=device, **opts))
+    return {"scenarios": scenarios}
+
+
+# ---- the checks ----------------------------------------------------------------------------
+
+WHAT = {
+    "fp16_default": "called with the default dtype",
+    "bf16": "called with dtype=torch.bfloat16",
+    "fp16_overflow": "one fp16 batch overflows",
+    "eval_dropout": "the model (with dropout) arrived in eval mode",
+}
+
+
+def _cases(reference, names):
+    """(key, description) for the named scenarios the reference has: the CPU ones, and the GPU ones if any."""
+    for key in reference["scenarios"]:
+        name, _, device = key.partition("@")
+        if name in names:
+            yield key, WHAT[name] + (f" on {device}" if device else "")
+
+
+def check_returns_model(student, reference):
+    got = scenario(student, "fp16_default", WHAT["fp16_default"])
+    if not got["returned_model"]:
+        if got["returned_type"] == reference["scenarios"]["fp16_default"]["returned_type"]:
+            return "Your function returned a different model object (a copy?): return the model it was given."
+        return f"Return the model you trained (`return model`); your function returned a {got['returned_type']}."
+    return None
+
+
+def check_train_mode(student, reference):
+    got = scenario(student, "eval_dropout", WHAT["eval_dropout"])
+    if not got["dropout_active"] or not got["training"]:
+        return ("A model that arrived in eval mode was trained with its dropout switched off: "
+                "call model.train() before the loop.")
+    return None
+
+
+def check_autocast(student, reference):
+    for key, what in _cases(reference, ("fp16_default",)):
+        got, want = scenario(student, key, what), reference["scenarios"][key]
+        if got["param_dtypes"] != want["param_dtypes"]:
+            return (f"After training, the parameters are {', '.join(got['param_dtypes'])}: keep the fp32 master "
+                    "weights (no model.half()) and let torch.autocast cast copies for each operation.")
+        if got["activation_dtypes"] != want["activation_dtypes"]:
+            return (f"When {what}, the Linear layers produced {', '.join(got['activation_dtypes'])} instead of "
+                    f"{', '.join(want['activation_dtypes'])}: run the forward pass inside "
+                    "`torch.autocast(device_type, dtype=dtype)` with the device type of the model's parameters.")
+    return None
+
+
+def check_honours_dtype(student, reference):
+    for key, what in _cases(reference, ("bf16",)):
+        got, want = scenario(student, key, what), reference["scenarios"][key]
+        if got["activation_dtypes"] != want["activation_dtypes"]:
+            return (f"When {what}, the Linear layers produced {', '.join(got['activation_dtypes'])} instead of "
+                    f"{', '.join(want['activation_dtypes'])}: pass the dtype argument on to torch.autocast.")
+    return None
+
+
+def _params_problem(student, reference, names, advice):
+    for key, what in _cases(reference, names):
+        got, want = scenario(student, key, what), reference["scenarios"][key]
+        if not close(got["params"], want["params"], atol=ATOL):
+            return f"When {what}, the parameters after one epoch differ from the reference solution's: {advice}"
+    return None
+
+
+def check_fp16_params(student, reference):
+    return _params_problem(student, reference, ("fp16_default",),
+                           "per batch, zero the gradients, scaler.scale(loss).backward(), scaler.step(optimizer), "
+                           "scaler.update().")
+
+
+def check_bf16_params(student, reference):
+    return _params_problem(student, reference, ("bf16",),
+                           "per batch, zero the gradients, run the forward pass under autocast, backward, "
+                           "and step the optimizer once.")
+
+
+def check_overflow(student, reference):
+    for key, what in _cases(reference, ("fp16_overflow",)):
+        got, want = scenario(student, key, what), reference["scenarios"][key]
+        if got["steps"] > want["steps"]:
+            return (f"When {what}, the optimizer stepped {got['steps']} times for {N_BATCHES} batches instead of "
+                    f"{want['steps']}: the overflowing batch must be skipped, so use a GradScaler for the model's "
+                    "device and let scaler.step(optimizer) decide whether to step.")
+        if got["steps"] < want["steps"]:
+            return (f"When {what}, the optimizer stepped only {got['steps']} times for {N_BATCHES} batches instead "
+                    f"of {want['steps']}: the skipped batch's infinite gradients lingered, so zero the gradients "
+                    "every batch.")
+        scales = [u["scale"] for u in got["updates"]]
+        if len(scales) != N_BATCHES or not scales[OVERFLOW_BATCH] < scales[OVERFLOW_BATCH - 1]:
+            return (f"When {what}, the GradScaler's scale after each update was {scales}; it must drop right after "
+                    "the overflowing batch: call scaler.update() after every scaler.step(optimizer).")
+        if not close(got["params"], want["params"], atol=ATOL):
+            return (f"When {what}, the overflowing step was skipped but the final parameters differ from the "
+                    "reference solution's: zero the gradients, scale the loss, step and update once per batch.")
+    return None
+
+
+def check_one_scaler(student, reference):
+    for key, what in _cases(reference, ("fp16_default", "fp16_overflow")):
+        updates = scenario(student, key, what)["updates"]
+        if not updates:
+            return (f"When {what}, no torch.amp.GradScaler was updated: create one scaler before the loop and "
+                    "call scaler.update() after each scaler.step(optimizer).")
+        if not all(u["enabled"] for u in updates):
+            return (f"When {what}, your GradScaler was disabled: torch.amp.GradScaler() defaults to device 'cuda', "
+                    "so pass the model's device type, torch.amp.GradScaler(device.type).")
+        if len({u["scaler"] for u in updates}) > 1:
+            return (f"When {what}, your function made {len({u['scaler'] for u in updates})} GradScalers: create "
+                    "one before the loop, so the scale it learns carries from batch to batch.")
+        if len(updates) != N_BATCHES:
+            return (f"When {what}, the GradScaler was updated {len(updates)} times for {N_BATCHES} batches: call "
+                    "scaler.update() once per batch, right after scaler.step(optimizer).")
+    return None
+
+
+def check_zero_grad(student, reference):
+    for key, what in _cases(reference, ("bf16", "fp16_default")):
+        stale = scenario(student, key, what)["stale_grads_at_backward"]
+        if len(stale) != N_BATCHES:
+            return (f"When {what}, backward() ran {len(stale)} times for {N_BATCHES} batches: compute the loss "
+                    "with the criterion and call backward once per batch.")
+        if any(stale):
+            return (f"When {what}, the previous batch's gradients were still in .grad when backward() started "
+                    f"on batch {stale.index(True) + 1}: call optimizer.zero_grad() every batch.")
+    return None
+
+
+def needs_evidence(test, names):
+    """Award a check that reads only dtypes, flags or counts (which an impostor observation could simply claim)
+    only when the same scenarios also carry data evidence: the first optimizer update points the reference's way."""
+    def checked(student, reference):
+        problem = test(student, reference)
+        if problem:
+            return problem
+        for key, what in _cases(reference, names):
+            got, want = scenario(student, key, what), reference["scenarios"][key]
+            if not parallel(got["first_update"], want["first_update"], min_cos=0.99):
+                return (f"This could not be confirmed: when {what}, your first optimizer step does not move the "
+                        "parameters the way the reference's does.")
+        return None
+    return checked
+
+
+EXERCISE = Exercise(
+    name="train_amp",
+    notebook="02_mixed_precision.ipynb",
+    observe=observe,
+    checks=[
+        Check("Returns the model", 1, needs_evidence(check_returns_model, ("fp16_default",))),
+        Check("Puts the model in training mode", 1, needs_evidence(check_train_mode, ("eval_dropout",))),
+        Check("Runs the forward pass under autocast, keeping fp32 master weights (fp16 by default)", 2,
+              needs_evidence(check_autocast, ("fp16_default",))),
+        Check("Honours the dtype argument (bfloat16 activations when asked)", 1,
+              needs_evidence(check_honours_dtype, ("bf16",))),
+        Check("Final parameters match the reference in float16 with a GradScaler", 2, check_fp16_params),
+        Check("Final parameters match the reference in bfloat16", 1, check_bf16_params),
+        Check("Skips an fp16 step whose gradients overflow, and lowers the scale", 2, check_overflow),
+        Check("Keeps one GradScaler and updates it after every step", 1,
+              needs_evidence(check_one_scaler, ("fp16_default", "fp16_overflow"))),
+        Check("Clears the gradients every batch", 1, needs_evidence(check_zero_grad, ("bf16", "fp16_default"))),
+    ],
+)

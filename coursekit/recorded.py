@@ -1,0 +1,51 @@
+"""GPU results recorded on a real GPU (``python -m bench.gpu_evidence``), shown as *recorded*, never as computed here.
+
+``bench/results/gpu_evidence.json`` holds one entry per section, e.g.::
+
+    {"lesson3_data_parallel": {"device": "NVIDIA H100 80GB HBM3 ×8", "torch": "2.13.0+cu128",
+                               "date": "2026-05-01", "rows": [{"ranks": 1, "samples/s": 81234.0}, ...],
+                               "notes": "optional one-line remark"}}
+
+Lessons call ``show_recorded(section, title)``: a labelled table with its provenance, or a plain
+"no GPU results recorded yet" when the file or the section is missing.
+"""
+import json
+from pathlib import Path
+
+EVIDENCE = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_evidence.json"
+
+
+def load_recorded(section: str) -> dict | None:
+    """The recorded entry for ``section``, or None when nothing was recorded (or the file is unreadable)."""
+    try:
+        entry = json.loads(EVIDENCE.read_text()).get(section)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def show_recorded(section: str, title: str) -> dict | None:
+    """Print the recorded results of ``section`` as a table labelled with device, torch and date."""
+    entry = load_recorded(section)
+    if entry is None:
+        print(f"{title}: no GPU results recorded yet (run `python -m bench.gpu_evidence` on a GPU machine).")
+        return None
+    print(f"{title} — RECORDED on {entry.get('device', '?')} · torch {entry.get('torch', '?')} · "
+          f"{entry.get('date', '?')} (not measured on this machine)")
+    rows = entry.get("rows") or []
+    if rows and all(isinstance(r, dict) for r in rows):
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        widths = [max(len(c), *(len(_cell(r.get(c, ""))) for r in rows)) for c in columns]
+        print("  " + "  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+        for r in rows:
+            print("  " + "  ".join(_cell(r.get(c, "")).rjust(w) for c, w in zip(columns, widths)))
+    for key, value in entry.items():
+        if key not in ("device", "torch", "date", "rows"):
+            print(f"  {key}: {_cell(value)}")
+    return entry
