@@ -18,7 +18,8 @@ env: $(VENV)/.installed
 ## lab: open JupyterLab on the course (nbgrader's Validate, assignment list and formgrader enabled)
 lab: env
 	cd autograder/course && ../../$(VENV)/bin/jupyter lab --port=$(PORT) \
-	    --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/00-start-here.ipynb
+	    --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/00-start-here.ipynb \
+	    $(if $(filter 0,$(shell id -u)),--allow-root)
 
 ## test: install, check the student notebooks are generated from solutions/, run every test
 test: env

@@ -158,3 +158,19 @@ def test_rlimits_fallback_says_so(graded_class, tmp_path):
     assert run.returncode == 0, run.stderr
     assert "bubblewrap (bwrap) is not installed" in run.stderr
     assert rows(tmp_path / "o")["alice"]["score"] == rows(out)["alice"]["score"]
+
+
+def test_every_exercise_solution_full_blank_zero(tmp_path, course):
+    """Across the whole course: the reference solutions score full, the released notebooks score 0."""
+    graded = [spec for spec in course.notebooks.values() if spec.exercises]
+    for spec in graded:
+        write(tmp_path / "in", "solutions", spec.name,
+              filled(spec.name, {e: reference_source(e) for e in spec.exercises}))
+        write(tmp_path / "in", "untouched", spec.name, released_notebook(spec.name))
+    grade(tmp_path / "in", tmp_path / "out")
+    with open(tmp_path / "out" / "grades.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert {r["exercise"] for r in table} == set(course.exercises)
+    for row in table:
+        expected = row["max_score"] if row["student"] == "solutions" else "0"
+        assert row["score"] == expected, row

@@ -39,7 +39,8 @@ def fill(path: Path, source: str) -> None:
 @pytest.fixture(scope="module")
 def round_trip(tmp_path_factory):
     root = tmp_path_factory.mktemp("course")
-    env = {**os.environ, "NBGRADER_COURSE_ROOT": str(root / "instructor"), "NBGRADER_EXCHANGE": str(root / "exchange")}
+    env = {**os.environ, "NBGRADER_COURSE_ROOT": str(root / "instructor"), "NBGRADER_EXCHANGE": str(root / "exchange"),
+           "JUPYTER_DATA_DIR": str(root / "jupyter-data")}  # nbgrader's submission cache stays out of $HOME
     release = f"--CourseDirectory.release_directory={root / 'release'}"
     (root / "instructor").mkdir()
     (root / "exchange").mkdir(mode=0o777)
