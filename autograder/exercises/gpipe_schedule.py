@@ -92,8 +92,8 @@ def read_table(student, p, m):
             ok = (isinstance(slot, list) and len(slot) == 2 and slot[0] in ("F", "B")
                   and isinstance(slot[1], int) and not isinstance(slot[1], bool) and 0 <= slot[1] < m)
             if not ok:
-                raise ScenarioError(f"With {_what(p, m)} the slot of stage {s} at time step {t} is {repr(slot)[:60]}; a slot "
-                                    f"must be None, ('F', j) or ('B', j) with 0 <= j < {m}.")
+                raise ScenarioError(f"With {_what(p, m)} the slot of stage {s} at time step {t} is {repr(slot)[:60]}; "
+                                    f"a slot must be None, ('F', j) or ('B', j) with 0 <= j < {m}.")
             row.append((slot[0], slot[1]))
         table.append(row)
     return table

@@ -14,6 +14,7 @@ from ..exercise import NOT_DONE, Check, Exercise, ScenarioError
 
 PAPER = (7_500_000_000, 64)
 BUFFERS = ("weights", "gradients", "optimizer state")
+DEFAULT = (2, 2, 12)
 SHARDED = {0: (), 1: (2,), 2: (1, 2), 3: (0, 1, 2)}  # which of the three buffers each stage divides by N
 
 # name: (num_params, world_size, bytes_per_param or None for the default); every stage 0-3 is called.
@@ -88,13 +89,18 @@ def _close(got, want):
     return abs(got - want) <= RTOL * abs(want) + 1e-6
 
 
+def _bytes(case, subset, layout=None):
+    """Bytes per rank for `case` when the buffers in `subset` are divided by the world size."""
+    n, world, own_layout = CASES[case]
+    b = layout or own_layout or DEFAULT
+    return sum(b[i] * n / (world if i in subset else 1) for i in range(3))
+
+
 def _which_sharded(got, case):
     """The set of buffers the student's value divides by N, if one explains it exactly."""
-    n, world, layout = CASES[case]
-    b = layout or (2, 2, 12)
     for k in range(4):
         for subset in combinations(range(3), k):
-            if _close(got, sum(b[i] * n / (world if i in subset else 1) for i in range(3))):
+            if _close(got, _bytes(case, subset)):
                 return subset
     return None
 
@@ -110,8 +116,13 @@ def compare(student, reference, cases, stages):
             got, want = value(student, case, stage), value(reference, case, stage)
             if _close(got, want):
                 continue
+            n, world, layout = CASES[case]
             message = f"For {_what(case, stage)} you return {got:,.1f} bytes, expected {want:,.1f}"
-            subset = _which_sharded(got, case) if CASES[case][1] > 1 else None
+            if abs(got - want) <= sum(layout or DEFAULT) + 1:
+                return message + ": a rounding difference; keep the exact quotient (use /, not // or rounding)."
+            if layout and _close(got, _bytes(case, SHARDED[stage], DEFAULT)):
+                return message + ": that is what the default (2, 2, 12) gives; use the bytes_per_param argument."
+            subset = _which_sharded(got, case) if world > 1 else None
             if subset is not None:
                 return (f"{message}: your value divides {_names(subset)} by world_size, but stage {stage} "
                         f"divides {_names(SHARDED[stage])}.")
@@ -156,11 +167,7 @@ def check_stage(stage):
 
 
 def check_exact(student, reference):
-    problem = compare(student, reference, ["odd_7", "odd_3", "odd_5_fp32_grads"], range(4))
-    if problem:
-        return (problem.rstrip(".") + ": when world_size does not divide the bytes, keep the exact quotient "
-                "(use /, not // or rounding)." if "divides" not in problem else problem)
-    return None
+    return compare(student, reference, ["odd_7", "odd_3", "odd_5_fp32_grads"], range(4))
 
 
 def check_layout(student, reference):
