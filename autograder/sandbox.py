@@ -156,6 +156,7 @@ def _bwrap_args(limits: Limits, uid: int | None) -> list[str]:
 def _worker_env(home: str) -> dict[str, str]:
     return {"HOME": home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "KINETO_LOG_LEVEL": "6", "MPLBACKEND": "Agg",
+            "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10d warns about the sandbox's hostname once per rank
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "MPLCONFIGDIR": f"{home}/.mpl"}
 
 

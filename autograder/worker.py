@@ -15,6 +15,7 @@ or monkeypatch in one task cannot reach the next one, and the zygote is never ru
 """
 import argparse
 import ctypes
+import importlib
 import json
 import os
 import select
@@ -25,7 +26,7 @@ import time
 import torch
 
 from .define import DefinitionError, define_function
-from .exercises import get_exercise
+from .exercises import all_exercises, get_exercise
 
 RESULT_LIMIT = 32 << 20      # bytes of observation a task may send back
 OUTPUT_SHOWN = 1500          # characters of a task's printed output kept for feedback
@@ -174,6 +175,10 @@ def main() -> None:
     parser.add_argument("--results-fd", type=int, required=True)
     args = parser.parse_args()
     torch.set_num_threads(1)  # forked children (and their ranks) must not inherit a busy OpenMP pool
+    # Import once here what every task would otherwise import after its fork: the exercise modules, and
+    # torch._dynamo, which creating any torch.optim optimizer pulls in (seconds per task otherwise).
+    all_exercises()
+    importlib.import_module("torch._dynamo")
     _not_dumpable()
     job = json.loads(sys.stdin.read())
     sys.stdin.close()

@@ -18,15 +18,20 @@ EVIDENCE = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_e
 def load_recorded(section: str) -> dict | None:
     """The recorded entry for ``section``, or None when nothing was recorded (or the file is unreadable)."""
     try:
-        entry = json.loads(EVIDENCE.read_text()).get(section)
+        evidence = json.loads(EVIDENCE.read_text())
+        entry = evidence.get(section)
     except (OSError, ValueError, AttributeError):
         return None
-    return entry if isinstance(entry, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    # Provenance may be recorded once for the whole file rather than per section.
+    shared = {k: evidence[k] for k in ("device", "torch", "date") if isinstance(evidence.get(k), str)}
+    return {**shared, **entry}
 
 
 def _cell(value) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
     return str(value)
 
 

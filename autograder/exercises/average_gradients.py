@@ -22,7 +22,6 @@ import warnings
 
 import torch
 import torch._dynamo  # noqa: F401  torch.optim and DDP import it lazily (3–6 s): here, once, not in every forked rank
-import torch.distributed as dist
 from torch import nn
 
 from coursekit.dist import RankFailed, RanksTimedOut, launch
@@ -329,6 +328,28 @@ def check_matches_ddp(student, reference):
             "on the full batch.")
 
 
+def _flat_or_empty(grads) -> list:
+    return [v for g in grads if g is not None for v in g] if isinstance(grads, list) else []
+
+
+def needs_evidence(test, key: str, what: str):
+    """Award a check that compares the observation with itself (ranks with ranks, after with before) only
+    when its scenario carries data evidence: each rank's first local gradient, computed by the harness
+    before the student's function ran, equals the reference's. An invented observation cannot match it."""
+    def checked(student, reference):
+        problem = test(student, reference)
+        if problem:
+            return problem
+        got, want = run_of(student, key, what)["ranks"], reference["scenarios"][key]["ranks"]
+        if len(got) != len(want) or not all(
+                close(_flat_or_empty(g["calls"][0]["grads_before"]), _flat_or_empty(w["calls"][0]["grads_before"]),
+                      atol=GRAD_ATOL) for g, w in zip(got, want)):
+            return "This could not be confirmed: the ranks' own gradients differ from the grader's seeded problem."
+        return None
+    return checked
+
+
+TWO = ("two_ranks", "called on 2 ranks")
 EXERCISE = Exercise(
     name="average_gradients",
     notebook="03_data_parallel.ipynb",
@@ -337,12 +358,14 @@ EXERCISE = Exercise(
     timeout_s=60,  # three launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each
     checks=[
         Check("Every rank holds the same gradients after the call (all-reduce, not reduce)", 2,
-              check_same_on_every_rank),
+              needs_evidence(check_same_on_every_rank, *TWO)),
         Check("The gradient is the average: the sum over ranks divided by the world size (2 ranks)", 2,
-              check_average_two),
+              needs_evidence(check_average_two, *TWO)),
         Check("Uses the real world size (3 ranks)", 2, check_world_size),
-        Check("Changes the gradients only, never the parameters", 1, check_params_untouched),
-        Check("Leaves parameters without a gradient alone (frozen bias, unused layer)", 2, check_no_grad_params),
+        Check("Changes the gradients only, never the parameters", 1, needs_evidence(check_params_untouched, *TWO)),
+        Check("Leaves parameters without a gradient alone (frozen bias, unused layer)", 2,
+              needs_evidence(check_no_grad_params, "no_grad_params",
+                             "the model has an unused layer and a frozen bias (their .grad is None)")),
         Check("Training with it matches DDP and one process on the full batch (2 ranks)", 2, check_matches_ddp),
     ],
 )

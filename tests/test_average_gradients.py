@@ -1,0 +1,127 @@
+"""Lesson 3's grader, beyond the variant suite: why its feedback is true, and that it leaves no process behind.
+
+* The reference's manual data-parallel loop equals torch's DistributedDataParallel and one process on the
+  full batch, so a check that compares with the reference may say "DDP" and "one process" in its feedback.
+* DDP leaves the gradient of a frozen or unused parameter None, and a zero gradient would move such a
+  parameter under weight decay: the reasons given for "leave .grad None alone".
+* Grading really forks ranks (in this process, and inside the sandboxed workers of ``python -m autograder
+  grade``); afterwards no process may be left, even when the submission deadlocks its ranks.
+"""
+import csv
+import ctypes
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograder.exercises import average_gradients as ex
+from conftest import grade_source, reference_observation
+from coursekit.dist import launch
+from submission_factory import filled, reference_source, released_notebook, write
+from variants.average_gradients import WRONG
+
+EX, NB = "average_gradients", "03_data_parallel.ipynb"
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def descendants_left() -> list[int]:
+    """Children of this process (orphaned grandchildren are re-parented here, see ``subreaper``)."""
+    me, kids = os.getpid(), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def reap_orphans() -> None:
+    """Collect the exit status of orphans that ended after being re-parented to us (else they stay zombies)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+@pytest.fixture
+def subreaper():
+    """Make this process the reaper of its orphans, so a leaked grandchild shows up as our child."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    assert descendants_left() == [], "processes were already running before the test"
+    yield
+    reap_orphans()
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def test_reference_equals_ddp_and_one_process():
+    ref = reference_observation(EX)
+    for name in ex.SCENARIOS:
+        finals = [r["final"] for r in ref["scenarios"][name]["ranks"]]
+        ddp, single = ref["ddp"][name], ref["single"][name]
+        for rank, final in enumerate(finals):
+            assert ex.close(final, ddp[rank], atol=1e-6), f"{name}: reference rank {rank} differs from DDP"
+            assert ex.close(final, single, atol=1e-6), f"{name}: reference rank {rank} differs from one process"
+        start = ref["scenarios"][name]["ranks"][0]["calls"][0]["params_before"]
+        moved = max(abs(a - b) for a, b in zip(finals[0], start))
+        assert moved > 100 * ex.PARAM_ATOL, "training must move the weights far more than the tolerance"
+
+
+def _ddp_missing_gradients(rank, world_size):
+    model, x, y = ex.make_problem(world_size, with_unused=True)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    xb, yb = ex.local_batch(x, y, rank, world_size, 0)
+    torch.nn.functional.cross_entropy(ddp(xb), yb).backward()
+    return {name: p.grad is None for name, p in model.named_parameters()}
+
+
+def test_ddp_leaves_missing_gradients_none():
+    import torch._dynamo  # noqa: F401  (DDP imports it lazily; once here rather than in each rank)
+
+    for missing in launch(_ddp_missing_gradients, 2, backend="gloo", timeout=60):
+        assert missing == {"hidden.weight": False, "hidden.bias": True, "out.weight": False, "out.bias": False,
+                           "unused.weight": True, "unused.bias": True}
+
+
+def test_zero_gradient_moves_a_weight_under_weight_decay():
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = ex.make_optimizer([weight])
+    optimizer.step()  # .grad is None: skipped
+    assert torch.equal(weight.detach(), torch.ones(3))
+    weight.grad = torch.zeros(3)
+    optimizer.step()
+    assert not torch.equal(weight.detach(), torch.ones(3))
+
+
+def test_no_process_left_after_grading_in_this_process(subreaper):
+    for source in (reference_source(EX), WRONG["crashes_on_missing_grad"][0], WRONG["deadlocks_rank_one"][0]):
+        grade_source(EX, source)
+        assert multiprocessing.active_children() == []
+        assert descendants_left() == []
+
+
+@pytest.mark.slow
+def test_class_grading_full_zero_and_deadlock_without_leftovers(tmp_path, subreaper):
+    """`python -m autograder grade`: the solution scores full, the blank notebook 0, a deadlock 0 with a sentence."""
+    submissions, out = tmp_path / "submissions", tmp_path / "out"
+    write(submissions, "alice", NB, filled(NB, {EX: reference_source(EX)}))
+    write(submissions, "bob", NB, released_notebook(NB))
+    write(submissions, "carl", NB, filled(NB, {EX: WRONG["deadlocks_rank_one"][0]}))
+    run = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
+                          "--jobs", "2", "--notebook", NB], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    with open(out / "grades.csv", newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f) if r["exercise"] == EX}
+    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 11, rows["alice"]["feedback"]
+    assert float(rows["bob"]["score"]) == 0 and "NotImplementedError" in rows["bob"]["feedback"]
+    assert float(rows["carl"]["score"]) == 0 and "never called" in rows["carl"]["feedback"]
+    assert descendants_left() == []
