@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 PORT   ?= 8888
 
-.PHONY: env lab test test-fast notebooks check-notebooks bench gpu-evidence clean
+.PHONY: env lab test test-fast notebooks check-notebooks bench gpu-evidence gpu-evidence-dry clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ bench: env
 ## gpu-evidence: record the GPU results the lessons show (needs a CUDA machine)
 gpu-evidence: env
 	$(PY) -m bench.gpu_evidence
+
+## gpu-evidence-dry: the same sections on the CPU (gloo, tiny sizes), written to a temporary folder
+gpu-evidence-dry: env
+	$(PY) -m bench.gpu_evidence --dry-run
 
 clean:
 	rm -rf autograder/course/gradebook.db autograder/course/submitted autograder/course/autograded \

@@ -87,6 +87,11 @@ def generate() -> list[str]:
     return log
 
 
+def _tracked(path: Path) -> bool:
+    """Files that belong in notebooks/ (not caches that running a lesson's scripts leaves behind)."""
+    return path.is_file() and not {".ipynb_checkpoints", "__pycache__"} & set(path.parts)
+
+
 def check_generated() -> list[str]:
     """Problems that make the committed notebooks differ from a fresh generation (empty list: none)."""
     root = course_root()
@@ -97,10 +102,9 @@ def check_generated() -> list[str]:
         fresh = Path(tmp) / "notebooks"
         fresh.mkdir()
         generate_into(fresh)
-        want = {p.relative_to(fresh): p.read_bytes() for p in fresh.rglob("*") if p.is_file()}
+        want = {p.relative_to(fresh): p.read_bytes() for p in fresh.rglob("*") if _tracked(p)}
     committed = root / "notebooks"
-    have = {p.relative_to(committed): p.read_bytes() for p in committed.rglob("*")
-            if p.is_file() and ".ipynb_checkpoints" not in p.parts}
+    have = {p.relative_to(committed): p.read_bytes() for p in committed.rglob("*") if _tracked(p)}
     for rel in sorted(set(want) | set(have)):
         if rel not in have:
             problems.append(f"notebooks/{rel} is missing: run `python -m autograder generate`")

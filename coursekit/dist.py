@@ -16,8 +16,12 @@ import time
 import traceback
 from multiprocessing import connection, get_context
 
-import torch
-import torch.distributed as dist
+# Ask NVML, not the CUDA driver, whether GPUs exist: `torch.cuda.is_available()` must not initialise CUDA
+# in the parent, or forked NCCL ranks cannot use it (PyTorch's documented switch; set before the first call).
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 
 class RankFailed(RuntimeError):

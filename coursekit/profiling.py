@@ -1,0 +1,149 @@
+"""Where one training step's time goes, read from torch.profiler's own events (Lesson 6, GPU recorder).
+
+A rank's step of wall time T splits into four parts that add up to T exactly:
+
+* **compute only**: the compute stream is busy and no collective is running;
+* **overlapped**: compute and a collective run at the same time (communication hidden behind compute);
+* **exposed communication**: a collective runs and nothing else does (the step waits for the network);
+* **idle**: neither (Python overhead between ops, waiting for a late peer, kernel launch gaps on a GPU).
+
+Which events count as what:
+
+* on a GPU (the profile has CUDA kernels): NCCL kernels are communication, every other kernel or copy is
+  compute. That is the device's own view, as in Holistic Trace Analysis.
+* on a CPU with gloo: the thread that ran the step is the "compute stream". Its ops are compute, except
+  the collective calls themselves (``c10d::…``), during which it is stuck in communication. gloo does the
+  actual work on its own threads (``gloo:all_reduce``…): those intervals are communication too.
+
+Time is measured as the length of a union of intervals, so nested ops and two collectives running at once
+on two gloo threads are not counted twice.
+"""
+import os
+import statistics
+
+from torch.autograd import DeviceType
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # silence the profiler's stderr lines
+
+PARTS = ("compute only", "overlapped", "exposed comm", "idle")
+
+
+def is_communication(name: str) -> bool:
+    low = name.lower()
+    return low.startswith(("gloo:", "c10d::", "record_param_comms")) or "nccl" in low
+
+
+# ---- interval arithmetic on sorted lists of (start, end) --------------------------------------------
+
+def union(intervals) -> list[tuple[float, float]]:
+    merged = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        elif end > start:
+            merged.append((start, end))
+    return merged
+
+
+def length(intervals) -> float:
+    return sum(end - start for start, end in union(intervals))
+
+
+def intersection(a, b) -> list[tuple[float, float]]:
+    a, b, out, i, j = union(a), union(b), [], 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if start < end:
+            out.append((start, end))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(a, b) -> list[tuple[float, float]]:
+    """The parts of ``a`` not covered by ``b``."""
+    out = []
+    for start, end in union(a):
+        for cut_start, cut_end in union(b):
+            if cut_end <= start or cut_start >= end:
+                continue
+            if cut_start > start:
+                out.append((start, cut_start))
+            start = max(start, cut_end)
+        if start < end:
+            out.append((start, end))
+    return out
+
+
+def _clip(intervals, lo, hi):
+    return [(max(s, lo), min(e, hi)) for s, e in intervals if s < hi and e > lo]
+
+
+# ---- the breakdown -----------------------------------------------------------------------------------
+
+def step_intervals(prof, step_name: str = "train_step") -> list[dict]:
+    """For every ``record_function(step_name)`` range: its window and its compute and communication intervals (µs)."""
+    events = list(prof.events())
+    on_device = [e for e in events if e.device_type == DeviceType.CUDA]
+    steps = sorted((e for e in events if e.name == step_name and e.device_type == DeviceType.CPU),
+                   key=lambda e: e.time_range.start)
+    found = []
+    for step in steps:
+        lo, hi = step.time_range.start, step.time_range.end
+        if on_device:
+            spans = [(e.name, (e.time_range.start, e.time_range.end)) for e in on_device]
+            compute = [iv for name, iv in spans if not is_communication(name)]
+            comm = [iv for name, iv in spans if is_communication(name)]
+        else:
+            mine = [e for e in events if e.thread == step.thread and e is not step and e.device_type == DeviceType.CPU]
+            stuck = [(e.time_range.start, e.time_range.end) for e in mine if is_communication(e.name)]
+            busy = [(e.time_range.start, e.time_range.end) for e in mine if not is_communication(e.name)]
+            compute = subtract(busy, stuck)
+            comm = stuck + [(e.time_range.start, e.time_range.end) for e in events
+                            if e.thread != step.thread and is_communication(e.name)]
+        found.append({"window": (lo, hi), "compute": union(_clip(compute, lo, hi)),
+                      "comm": union(_clip(comm, lo, hi))})
+    return found
+
+
+def step_breakdown(prof, step_name: str = "train_step") -> list[dict]:
+    """One dict per profiled step: wall time and the four parts (ms); the parts add up to the wall time."""
+    rows = []
+    for step in step_intervals(prof, step_name):
+        (lo, hi), compute, comm = step["window"], step["compute"], step["comm"]
+        both = length(intersection(compute, comm))
+        busy = length(compute + comm)
+        rows.append({"step ms": (hi - lo) / 1e3,
+                     "compute only": (length(compute) - both) / 1e3,
+                     "overlapped": both / 1e3,
+                     "exposed comm": (length(comm) - both) / 1e3,
+                     "idle": (hi - lo - busy) / 1e3})
+    return rows
+
+
+def median_breakdown(rows: list[dict]) -> dict:
+    """Median over steps of each part, rescaled so that the parts still add up to the median step time."""
+    if not rows:
+        raise ValueError("no profiled steps: wrap each step in record_function('train_step')")
+    step = statistics.median(r["step ms"] for r in rows)
+    parts = {p: statistics.median(r[p] for r in rows) for p in PARTS}
+    scale = step / (sum(parts.values()) or 1.0)
+    return {"step ms": step, **{p: v * scale for p, v in parts.items()}}
+
+
+def shares(breakdown: dict) -> dict:
+    """The four parts as fractions of the step, plus the communication share and the hidden fraction."""
+    total = breakdown["step ms"] or 1.0
+    comm = breakdown["overlapped"] + breakdown["exposed comm"]
+    out = {p: breakdown[p] / total for p in PARTS}
+    out["comm share"] = comm / total
+    out["hidden"] = breakdown["overlapped"] / comm if comm else 0.0
+    return out
+
+
+def ops_table(prof, rows: int = 12, on_device: bool = False) -> str:
+    """The profiler's own table of the heaviest ops, narrow enough for a notebook."""
+    sort_by = "self_device_time_total" if on_device else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=sort_by, row_limit=rows, max_name_column_width=42)
