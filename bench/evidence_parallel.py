@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from coursekit.amp_bench import TinyTransformerBlock
-from coursekit.memory_replay import profile_memory
+from coursekit.memory import profile_memory
 from coursekit.profiling import median_breakdown, shares, step_breakdown
 
 from .evidence_common import Plan, barrier, mib, my_device, sync

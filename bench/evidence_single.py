@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from coursekit.amp_bench import GPU_SHAPE, TinyTransformerBlock, amp_rows
-from coursekit.memory_replay import profile_memory
+from coursekit.memory import profile_memory
 from coursekit.timing import time_call
 
 from .evidence_common import Plan, mib, my_device

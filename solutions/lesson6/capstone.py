@@ -36,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from coursekit.data import digits, mlp
 from coursekit.dist import rank_device, run_under_torchrun
-from coursekit.memory_replay import profile_memory
+from coursekit.memory import profile_memory
 
 N_TRAIN = 1500  # the first 1,500 digits train; the last 297 are held out
 LOW_PRECISION = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
