@@ -8,7 +8,7 @@ list of ``num_stages`` slots holding ``None`` (the stage idles) or ``("F", j)`` 
 parse those lists themselves and test properties (completeness, dependencies, GPipe order,
 length, bubble) as well as equality with the reference table.
 """
-from ..exercise import NOT_DONE, Check, Exercise, ScenarioError, run_scenario
+from ..exercise import Check, Exercise, ScenarioError, run_scenario, scenario
 
 # (num_stages, num_microbatches): the first is the lesson's example; the rest are hidden.
 MAIN_CASES = [(2, 4), (4, 8), (3, 5), (5, 3), (4, 4), (6, 9), (3, 2)]
@@ -65,13 +65,7 @@ def _what(p, m):
 
 def read_table(student, p, m):
     """The student's table for (p, m) as a list of steps of (kind, j) / None, or a ScenarioError."""
-    data = student.get("scenarios", {}).get(f"{p}x{m}")
-    if data is None:
-        raise ScenarioError(f"No result for {_what(p, m)}: the grader's observation is incomplete.")
-    if "error" in data:
-        if data["error"].startswith("NotImplementedError"):
-            raise ScenarioError(NOT_DONE)
-        raise ScenarioError(f"Your function raised {data['error']} when called with {_what(p, m)}.")
+    data = scenario(student, f"{p}x{m}", f"called with {_what(p, m)}")
     if data.get("type") != "list":
         raise ScenarioError(f"With {_what(p, m)} your function returned a {data.get('type')}, "
                             "not a list of time steps.")
