@@ -77,7 +77,8 @@ def time_nbgrader(submissions: Path, students: list[str], workdir: Path) -> dict
     """nbgrader autograde, serially, every assignment, for the given students (the way nbgrader runs)."""
     course = load_course()
     root = workdir / "instructor"
-    env = {**os.environ, "NBGRADER_COURSE_ROOT": str(root), "JUPYTER_DATA_DIR": str(workdir / "jupyter-data")}
+    env = {**os.environ, "NBGRADER_COURSE_ROOT": str(root), "JUPYTER_DATA_DIR": str(workdir / "jupyter-data"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # nbgrader runs alembic
     nbgrader = str(Path(sys.executable).with_name("nbgrader"))
     for spec in course.notebooks.values():
         if not spec.exercises:
@@ -90,14 +91,21 @@ def time_nbgrader(submissions: Path, students: list[str], workdir: Path) -> dict
                 shutil.copyfile(source, target)
     course_dir = REPO / "autograder" / "course"
     assignments = sorted({spec.assignment for spec in course.notebooks.values() if spec.exercises})
+    for assignment in assignments:  # nbgrader grades only assignments its gradebook knows (not timed)
+        subprocess.run([nbgrader, "generate_assignment", assignment, "--force",
+                        f"--CourseDirectory.release_directory={workdir / 'release'}"],
+                       cwd=course_dir, env=env, capture_output=True, check=True)
     started = time.perf_counter()
-    per_assignment = {}
+    per_assignment, failed = {}, 0
     for assignment in assignments:
         t = time.perf_counter()
-        subprocess.run([nbgrader, "autograde", assignment, "--force", "--create"], cwd=course_dir, env=env,
-                       capture_output=True, check=True)
+        # nbgrader exits non-zero when some submissions could not be graded (the broken ones): that is data here
+        done = subprocess.run([nbgrader, "autograde", assignment, "--force", "--create"], cwd=course_dir, env=env,
+                              capture_output=True, text=True)
+        failed += done.stdout.count("[AutogradeApp | ERROR]") + done.stderr.count("[AutogradeApp | ERROR]")
         per_assignment[assignment] = time.perf_counter() - t
-    return {"wall_s": time.perf_counter() - started, "students": len(students), "per_assignment_s": per_assignment}
+    return {"wall_s": time.perf_counter() - started, "students": len(students), "per_assignment_s": per_assignment,
+            "error_lines": failed}
 
 
 def main() -> None:
@@ -112,9 +120,8 @@ def main() -> None:
         tmp = Path(tmp)
         kinds = build_class(tmp / "submissions", args.students)
         ours = time_class_grader(tmp / "submissions", tmp / "out", args.jobs)
-        sample = sorted(kinds) if args.nbgrader_sample == 0 else \
-            [s for kind in ("correct", "wrong", "broken") for s in sorted(kinds) if kinds[s] == kind][::3][:args.nbgrader_sample]
-        sample = sample or sorted(kinds)[: args.nbgrader_sample]
+        # nbgrader's sample: the first students in order, which cycles correct, wrong, broken (like the class)
+        sample = sorted(kinds)[: args.nbgrader_sample or args.students]
         theirs = time_nbgrader(tmp / "submissions", sample, tmp)
 
     per_student_nbgrader = theirs["wall_s"] / theirs["students"]
@@ -125,6 +132,7 @@ def main() -> None:
         "class_grader": {"wall_s": round(ours["wall_s"], 1), "phases_s": ours["phases"],
                          "isolation": ours["isolation"], "worker_peak_mib": ours["phases"].get("worker_peak_mib")},
         "nbgrader": {"graded_students": theirs["students"], "wall_s": round(theirs["wall_s"], 1),
+                     "error_lines": theirs["error_lines"],
                      "per_student_s": round(per_student_nbgrader, 1),
                      "per_assignment_s": {k: round(v, 1) for k, v in theirs["per_assignment_s"].items()},
                      "class_s": round(nbgrader_class_s, 1),

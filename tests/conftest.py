@@ -1,6 +1,8 @@
 """Shared fixtures: grading a piece of source in-process, the way the checks see it."""
 import importlib
+import os
 import pkgutil
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -12,6 +14,9 @@ from autograder.exercises import get_exercise
 from autograder.reference import reference_function
 
 REPO = Path(__file__).resolve().parent.parent
+# Tests start nbgrader, jupyter and torchrun as programs, and nbgrader itself runs `alembic`: find them in
+# this interpreter's environment even when it was not activated (`make test` runs .venv/bin/python).
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 @cache
