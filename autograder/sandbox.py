@@ -133,7 +133,9 @@ def _bwrap_args(limits: Limits, uid: int | None) -> list[str]:
             "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
     for name in ("hosts", "passwd", "group"):
         args += ["--ro-bind", f"{_etc()}/{name}", f"/etc/{name}"]
-    made = {Path("/")}
+    # The private /tmp first: a course checked out under /tmp is then bound on top of it, not hidden by it.
+    args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    made = {Path("/"), Path("/tmp")}
     for tree in _readonly_trees():
         for parent in reversed(tree.parents):  # bwrap would create missing parents with mode 0700
             if parent not in made:
@@ -143,7 +145,7 @@ def _bwrap_args(limits: Limits, uid: int | None) -> list[str]:
     course_state = Path(autograder.__file__).resolve().parent / "course"
     if course_state.exists():  # the nbgrader course folder (gradebook, submissions) stays hidden
         args += ["--tmpfs", str(course_state)]
-    args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp", "--clearenv"]
+    args += ["--chdir", "/tmp", "--clearenv"]
     for key, value in _worker_env(home="/tmp").items():
         args += ["--setenv", key, value]
     args += ["--setenv", "AUTOGRADER_OWN_PID_NAMESPACE", "1", "--"]
