@@ -1,0 +1,62 @@
+"""Real `nbgrader autograde` on every graded lesson after Lesson 1 (whose full exchange round trip is in
+test_nbgrader.py): the released notebook with the reference answer scores full, the untouched one 0, and
+nbgrader executes the *whole* lesson for both, so a lesson that breaks under nbgrader's kernel fails here.
+
+Submissions are placed in nbgrader's submitted/ folder directly (the exchange steps are Lesson 1's test).
+Lesson 3 forks gloo ranks inside nbgrader's kernel: afterwards no process may be left behind.
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder.course import load_course
+from submission_factory import filled, released_notebook, reference_source, write
+from test_average_gradients import descendants_left, subreaper  # noqa: F401  (fixture)
+
+REPO = Path(__file__).resolve().parent.parent
+COURSE = REPO / "autograder" / "course"
+NBGRADER = str(Path(sys.executable).with_name("nbgrader"))
+pytestmark = pytest.mark.slow
+
+
+def graded_lessons() -> list:
+    """(assignment, notebook, {exercise: points}) for each graded notebook but Lesson 1's."""
+    return [(s.assignment, s.name, s.test_points) for s in load_course().notebooks.values()
+            if s.exercises and s.assignment != "lesson1"]
+
+
+def nbgrader(*args, env):
+    done = subprocess.run([NBGRADER, *args], cwd=COURSE, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, f"nbgrader {args}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+
+
+def test_autograde_every_lesson_full_for_reference_zero_for_blank(tmp_path, subreaper):  # noqa: F811
+    env = {**os.environ, "NBGRADER_COURSE_ROOT": str(tmp_path), "JUPYTER_DATA_DIR": str(tmp_path / "jupyter-data")}
+    release = f"--CourseDirectory.release_directory={tmp_path / 'release'}"
+    lessons = graded_lessons()
+    assert {a for a, _, _ in lessons} >= {"lesson2", "lesson3", "lesson4", "lesson5"}
+    for student in ("ada", "bob"):
+        nbgrader("db", "student", "add", student, env=env)
+    for assignment, name, points in lessons:
+        nbgrader("generate_assignment", assignment, "--force", release, env=env)
+        ada = filled(name, {ex: reference_source(ex) for ex in points})
+        write(tmp_path / "submitted" / "ada", assignment, name, ada)
+        write(tmp_path / "submitted" / "bob", assignment, name, released_notebook(name))
+        nbgrader("autograde", assignment, "--force", env=env)
+        assert descendants_left() == [], f"{assignment}: nbgrader's kernel left processes behind"
+    nbgrader("export", f"--to={tmp_path / 'grades.csv'}", env=env)
+    with open(tmp_path / "grades.csv", newline="") as f:
+        got = {(r["assignment"], r["student_id"]): (float(r["raw_score"]), float(r["max_score"]))
+               for r in csv.DictReader(f)}
+    for assignment, name, points in lessons:
+        total = sum(points.values())
+        assert got[assignment, "ada"] == (total, total), (assignment, got[assignment, "ada"])
+        assert got[assignment, "bob"] == (0.0, total), (assignment, got[assignment, "bob"])
+        autograded = json.loads((tmp_path / "autograded" / "ada" / assignment / name).read_text())
+        errors = [o for c in autograded["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        assert not errors, f"{assignment}: the reference submission raised under nbgrader: {errors[0]['ename']}"
