@@ -8,12 +8,9 @@
   grade``); afterwards no process may be left, even when the submission deadlocks its ranks.
 """
 import csv
-import ctypes
 import multiprocessing
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,46 +18,11 @@ import torch
 from autograder.exercises import average_gradients as ex
 from conftest import grade_source, reference_observation
 from coursekit.dist import launch
+from processes import descendants_left, subreaper  # noqa: F401  (fixture)
 from submission_factory import filled, reference_source, released_notebook, write
 from variants.average_gradients import WRONG
 
 EX, NB = "average_gradients", "03_data_parallel.ipynb"
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def descendants_left() -> list[int]:
-    """Children of this process (orphaned grandchildren are re-parented here, see ``subreaper``)."""
-    me, kids = os.getpid(), []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me and fields[0] != "Z":
-            kids.append(int(stat.parent.name))
-    return kids
-
-
-def reap_orphans() -> None:
-    """Collect the exit status of orphans that ended after being re-parented to us (else they stay zombies)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-@pytest.fixture
-def subreaper():
-    """Make this process the reaper of its orphans, so a leaked grandchild shows up as our child."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    assert descendants_left() == [], "processes were already running before the test"
-    yield
-    reap_orphans()
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
 def test_reference_equals_ddp_and_one_process():

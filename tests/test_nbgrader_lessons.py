@@ -16,7 +16,7 @@ import pytest
 
 from autograder.course import load_course
 from submission_factory import filled, released_notebook, reference_source, write
-from test_average_gradients import descendants_left, subreaper  # noqa: F401  (fixture)
+from processes import descendants_left, subreaper  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parent.parent
 COURSE = REPO / "autograder" / "course"
