@@ -6,26 +6,16 @@ All instructor state goes to a temporary course root (NBGRADER_COURSE_ROOT), nev
 import csv
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from nbgrader_cli import COURSE, NBGRADER, REPO, run
 from submission_factory import reference_source
 
-REPO = Path(__file__).resolve().parent.parent
-COURSE = REPO / "autograder" / "course"
-NBGRADER = str(Path(sys.executable).with_name("nbgrader"))
 ASSIGNMENT, NB, EX = "lesson1", "01_gradient_accumulation.ipynb", "train_with_accumulation"
 pytestmark = pytest.mark.slow
-
-
-def run(args, cwd, env, check=True):
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    if check:
-        assert done.returncode == 0, f"{args}\n{done.stdout}\n{done.stderr}"
-    return done
 
 
 def fill(path: Path, source: str) -> None:

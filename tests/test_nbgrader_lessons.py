@@ -8,19 +8,14 @@ Lesson 3 forks gloo ranks inside nbgrader's kernel: afterwards no process may be
 import csv
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from autograder.course import load_course
-from submission_factory import filled, released_notebook, reference_source, write
+from nbgrader_cli import COURSE, NBGRADER, run
 from processes import descendants_left, subreaper  # noqa: F401  (fixture)
+from submission_factory import filled, released_notebook, reference_source, write
 
-REPO = Path(__file__).resolve().parent.parent
-COURSE = REPO / "autograder" / "course"
-NBGRADER = str(Path(sys.executable).with_name("nbgrader"))
 pytestmark = pytest.mark.slow
 
 
@@ -31,8 +26,7 @@ def graded_lessons() -> list:
 
 
 def nbgrader(*args, env):
-    done = subprocess.run([NBGRADER, *args], cwd=COURSE, env=env, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, f"nbgrader {args}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    run([NBGRADER, *args], COURSE, env, timeout=1200)
 
 
 def test_autograde_every_lesson_full_for_reference_zero_for_blank(tmp_path, subreaper):  # noqa: F811
