@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from nbgrader_cli import NBGRADER, REPO, run
+
 ARTIFACTS = REPO / "test-artifacts" / "browser"
 VENV_BIN = Path(sys.executable).parent  # nbgrader runs `alembic` from PATH: the venv's bin must be on it
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -158,10 +159,7 @@ class LabServer:
 
     def nbgrader(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         """A real nbgrader command, run in the course folder the server uses (so it reads the same config)."""
-        result = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=self.cwd, env=self.env,
-                                capture_output=True, text=True, timeout=timeout)
-        assert result.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
-        return result
+        return run([NBGRADER, *args], self.cwd, self.env, timeout=timeout)
 
 
 def _substitute(option: str, values: dict) -> str:
