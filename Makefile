@@ -23,11 +23,13 @@ lab: env
 
 ## test: install, check the student notebooks are generated from solutions/, run every test
 test: env
+	$(VENV)/bin/ruff check .
 	$(PY) -m autograder generate --check
 	$(PY) -m pytest
 
 ## test-fast: the quick tests only (no whole-notebook runs, no browser)
 test-fast: env
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -m "not slow and not browser"
 
 ## notebooks: regenerate notebooks/ (student versions) from solutions/

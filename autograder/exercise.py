@@ -10,8 +10,8 @@ Grading is split in two halves that never share a process in class grading:
   Checks only read JSON-like data, so nothing the student's code patched can reach them.
 """
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 Observation = dict  # JSON-like: str/int/float/bool/None, lists and dicts of those
 

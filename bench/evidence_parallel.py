@@ -171,7 +171,7 @@ def _sharding_memory(rank, world_size, cfg):
         state = (sum(_local_bytes(p) for p in params) + sum(_local_bytes(p.grad) for p in params)
                  + sum(_local_bytes(s[k]) for s in optimizer.state.values() for k in ("exp_avg", "exp_avg_sq")))
         results[setup] = {"state": state, "peak": peak}
-        del model, optimizer, params
+        model = optimizer = params = None  # free this setup's memory before the next one
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return results
@@ -224,7 +224,7 @@ def _profiled_steps(rank, world_size, configs, cfg):
         breakdown = median_breakdown(step_breakdown(prof))
         results.append({"params": sum(p.numel() for p in model.parameters()), "buckets": len(str(buckets).split(",")),
                         "step ms": breakdown["step ms"], **shares(breakdown)})
-        del model, optimizer
+        model = optimizer = None  # free this setup's memory before the next one
     return results
 
 

@@ -34,8 +34,7 @@ from coursekit.amp_bench import SECTION as AMP_SECTION  # noqa: E402
 from coursekit.dist import launch  # noqa: E402
 
 from .evidence_common import Plan  # noqa: E402
-from .evidence_parallel import (lesson3_allreduce, lesson3_data_parallel, lesson5_fsdp_zero,  # noqa: E402
-                                lesson6_comm_share)
+from .evidence_parallel import lesson3_allreduce, lesson3_data_parallel, lesson5_fsdp_zero, lesson6_comm_share  # noqa: E402
 from .evidence_pipeline import lesson4_pipeline_parallel  # noqa: E402
 from .evidence_single import lesson1_accumulation, lesson2_amp  # noqa: E402
 
@@ -80,7 +79,7 @@ def provenance(plan: Plan) -> dict:
         label = f"DRY RUN on CPU ({plan.ranks} gloo ranks, tiny sizes): NOT GPU evidence"
     return {**facts, "label": label, "driver": driver[0] if driver else None, "torch": torch.__version__,
             "python": platform.python_version(), "commit": _command("git", "rev-parse", "--short", "HEAD") or None,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
             "command": "python -m bench.gpu_evidence " + " ".join(sys.argv[1:]), "dry_run": plan.dry_run,
             "ranks": plan.ranks}
 

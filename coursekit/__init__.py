@@ -9,6 +9,6 @@ import os
 # default log level. nbgrader scores any cell that writes to stderr as 0, so keep it quiet.
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
-from .device import pick_device, describe_device  # noqa: E402
+from .device import describe_device, pick_device  # noqa: E402
 
 __all__ = ["pick_device", "describe_device"]

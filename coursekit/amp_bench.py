@@ -87,7 +87,7 @@ def matmul_ms(n: int, dtype: torch.dtype, device, *, repeat: int = 3) -> float:
 def amp_rows(device, *, matmul_n: int = 4096, repeat: int = 5, **shape) -> list[dict]:
     """One row per dtype: step time, peak memory and an n×n matmul, each also relative to float32."""
     rows = []
-    for name, dtype in DTYPES.items():
+    for dtype in DTYPES.values():
         row = step_cost(dtype, device, repeat=repeat, **shape)
         row[f"matmul {matmul_n}² ms"] = matmul_ms(matmul_n, dtype, device, repeat=repeat)
         rows.append(row)

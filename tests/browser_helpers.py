@@ -19,7 +19,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from nbgrader_cli import NBGRADER, REPO, run
 
 ARTIFACTS = REPO / "test-artifacts" / "browser"

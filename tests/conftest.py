@@ -7,6 +7,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from processes import subreaper  # noqa: F401  (a fixture for every test module)
 
 from autograder.course import load_course
 from autograder.define import define_function

@@ -14,13 +14,13 @@ import sys
 
 import pytest
 import torch
-
-from autograder.exercises import average_gradients as ex
 from conftest import grade_source, reference_observation
-from coursekit.dist import launch
-from processes import descendants_left, subreaper  # noqa: F401  (fixture)
+from processes import descendants_left
 from submission_factory import filled, reference_source, released_notebook, write
 from variants.average_gradients import WRONG
+
+from autograder.exercises import average_gradients as ex
+from coursekit.dist import launch
 
 EX, NB = "average_gradients", "03_data_parallel.ipynb"
 

@@ -16,9 +16,17 @@ import re
 import time
 
 import pytest
-
-from browser_helpers import (CHROMIUM_ARGS, REPO, VENV_BIN, LabServer, Screenshots, chromium_executable,
-                             fill_exercise, playwright_or_skip, reference_solution)
+from browser_helpers import (
+    CHROMIUM_ARGS,
+    REPO,
+    VENV_BIN,
+    LabServer,
+    Screenshots,
+    chromium_executable,
+    fill_exercise,
+    playwright_or_skip,
+    reference_solution,
+)
 
 LESSON1 = "notebooks/lesson1/01_gradient_accumulation.ipynb"
 EXERCISE = "train_with_accumulation"

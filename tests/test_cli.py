@@ -11,7 +11,6 @@ import sys
 import zipfile
 
 import pytest
-
 from submission_factory import filled, reference_source, released_notebook, write
 from variants.train_with_accumulation import WRONG
 

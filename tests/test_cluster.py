@@ -3,7 +3,6 @@ import subprocess
 import sys
 
 import pytest
-
 from submission_factory import filled, reference_source, released_notebook, write
 from variants.train_with_accumulation import WRONG
 

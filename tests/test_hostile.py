@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from submission_factory import filled, reference_source, write
 
 NB = "01_gradient_accumulation.ipynb"
@@ -31,8 +30,10 @@ HOSTILE = {  # student: (cell source, phrase expected in the feedback)
     "hangs_in_function": ("def train_with_accumulation(*a, **k):\n    while True:\n        pass\n", "did not finish within"),
     "floods_output": ("import sys\nwhile True:\n    sys.stdout.write('spam' * 10000)\n", "more output than the grader allows"),
     "giant_allocation": ("import torch\nhog = torch.empty(2 ** 42)\n" + WRONG_BODY, "can't allocate memory"),
-    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", "did not finish within"),
-    "kills_grader_worker": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + WRONG_BODY, "stopped the grading worker"),
+    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+                  "did not finish within"),
+    "kills_grader_worker": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + WRONG_BODY,
+                            "stopped the grading worker"),
     "patches_comparisons": ('''
 import math, torch, numpy
 torch.allclose = lambda *a, **k: True
@@ -105,7 +106,7 @@ def _sandbox_uids():
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            uid = int(next(l for l in open(f"/proc/{pid}/status") if l.startswith("Uid:")).split()[1])
+            uid = int(next(line for line in open(f"/proc/{pid}/status") if line.startswith("Uid:")).split()[1])
         except (OSError, StopIteration):
             continue
         if 64000 <= uid < 65000:

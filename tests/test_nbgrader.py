@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from nbgrader_cli import COURSE, NBGRADER, REPO, run
 from submission_factory import reference_source
 

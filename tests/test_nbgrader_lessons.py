@@ -10,11 +10,11 @@ import json
 import os
 
 import pytest
+from nbgrader_cli import COURSE, NBGRADER, run
+from processes import descendants_left
+from submission_factory import filled, reference_source, released_notebook, write
 
 from autograder.course import load_course
-from nbgrader_cli import COURSE, NBGRADER, run
-from processes import descendants_left, subreaper  # noqa: F401  (fixture)
-from submission_factory import filled, released_notebook, reference_source, write
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def nbgrader(*args, env):
     run([NBGRADER, *args], COURSE, env, timeout=1200)
 
 
-def test_autograde_every_lesson_full_for_reference_zero_for_blank(tmp_path, subreaper):  # noqa: F811
+def test_autograde_every_lesson_full_for_reference_zero_for_blank(tmp_path, subreaper):
     env = {**os.environ, "NBGRADER_COURSE_ROOT": str(tmp_path), "JUPYTER_DATA_DIR": str(tmp_path / "jupyter-data")}
     release = f"--CourseDirectory.release_directory={tmp_path / 'release'}"
     lessons = graded_lessons()

@@ -3,7 +3,6 @@
 The variants live in tests/variants/<exercise>.py; each wrong one names the checks it must fail.
 """
 import pytest
-
 from conftest import grade_source, variant_modules
 
 CASES = [(ex, kind, name) for ex, module in variant_modules().items()

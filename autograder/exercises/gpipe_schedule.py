@@ -133,7 +133,7 @@ def check_dependencies(student, reference):
             if kind == "B" and s < p - 1:
                 needs.append((("B", s + 1, j), f"the backward of micro-batch {j} on stage {s + 1} (its gradient)"))
             if kind == "B":
-                needs.append((("F", s, j), f"its own forward (the saved activations)"))
+                needs.append((("F", s, j), "its own forward (the saved activations)"))
             for op, what in needs:
                 if op not in first or first[op] >= t:
                     name = "forward" if kind == "F" else "backward"

@@ -175,7 +175,7 @@ def check_layout(student, reference):
 
 
 def check_invalid(student, reference):
-    for name, (n, world, stage) in INVALID.items():
+    for name, (_, _, stage) in INVALID.items():
         data = student.get("results", {}).get(name)
         if data is None:
             raise ScenarioError("No result for an invalid stage: the grader's observation is incomplete.")
