@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 PORT   ?= 8888
 
-.PHONY: env lab test test-fast notebooks check-notebooks bench gpu-evidence gpu-evidence-dry clean
+.PHONY: env lab test test-fast notebooks check-notebooks student-kit bench gpu-evidence gpu-evidence-dry clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,12 +32,16 @@ test-fast: env
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -m "not slow and not browser"
 
-## notebooks: regenerate notebooks/ (student versions) from solutions/
+## notebooks: regenerate notebooks/ (student versions) and the shipped reference observations from solutions/
 notebooks: env
 	$(PY) -m autograder generate
 
 check-notebooks: env
 	$(PY) -m autograder generate --check
+
+## student-kit: build what students receive (dist/student-kit/: wheel, README, environment.yml; and a zip)
+student-kit: env
+	$(PY) -m autograder student-kit --out dist/student-kit
 
 ## bench: serial nbgrader vs the isolated parallel grader on 100 submissions
 bench: env

@@ -44,6 +44,28 @@ def _generate(args) -> int:
     return 0
 
 
+def _references(args) -> int:
+    from .reference_file import stale_references, write_references
+
+    if args.check:
+        problems = stale_references()
+        for p in problems:
+            print(p, file=sys.stderr)
+        print("reference observations match solutions/" if not problems else f"{len(problems)} problem(s)")
+        return 1 if problems else 0
+    for line in write_references():
+        print(line)
+    return 0
+
+
+def _student_kit(args) -> int:
+    from .studentkit import build_student_kit
+
+    for line in build_student_kit(Path(args.out)):
+        print(line)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description="Training at Scale: instructor tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -65,6 +87,14 @@ def main(argv=None) -> int:
     gen = sub.add_parser("generate", help="generate notebooks/ (student versions) from solutions/")
     gen.add_argument("--check", action="store_true", help="only check that notebooks/ is up to date")
     gen.set_defaults(run=_generate)
+
+    refs = sub.add_parser("references", help="record the reference observations that ship to students")
+    refs.add_argument("--check", action="store_true", help="only check that the shipped file matches solutions/")
+    refs.set_defaults(run=_references)
+
+    kit = sub.add_parser("student-kit", help="build the student kit: notebooks, helpers, self-checks, no solutions")
+    kit.add_argument("--out", default="dist/student-kit", help="folder to build it in (default: dist/student-kit)")
+    kit.set_defaults(run=_student_kit)
 
     args = parser.parse_args(argv)
     return args.run(args)

@@ -2,8 +2,9 @@
 
 ``solutions/<lesson>/*.ipynb`` → ``notebooks/<lesson>/*.ipynb`` (solutions cut at the ``### BEGIN/END
 SOLUTION`` markers, outputs cleared, cells locked and check-summed), and the ungraded notebooks at the
-top of ``solutions/`` (the start page) copied without outputs. ``check_generated`` generates into a
-temporary folder and compares, which is what CI runs.
+top of ``solutions/`` (the start page) copied without outputs; then the reference observations the student
+kit ships (``reference_file.py``). ``check_generated`` generates into a temporary folder and compares, and
+checks the reference observations' fingerprints, which is what CI runs.
 """
 import json
 import os
@@ -84,7 +85,9 @@ def generate() -> list[str]:
         if release.exists():
             release.rename(Path(tmp) / "old")
         fresh.rename(release)
-    return log
+    from .reference_file import write_references
+
+    return log + write_references()
 
 
 def _tracked(path: Path) -> bool:
@@ -112,4 +115,6 @@ def check_generated() -> list[str]:
             problems.append(f"notebooks/{rel} has no source in solutions/: delete it or run `python -m autograder generate`")
         elif want[rel] != have[rel]:
             problems.append(f"notebooks/{rel} differs from what solutions/ generates: run `python -m autograder generate`")
-    return problems
+    from .reference_file import stale_references
+
+    return problems + stale_references()

@@ -44,3 +44,19 @@ def variant_modules() -> dict[str, object]:
 @pytest.fixture(scope="session")
 def course():
     return load_course()
+
+
+@pytest.fixture(scope="session")
+def student_kit(tmp_path_factory):
+    """The student kit, built by the instructor's command (``python -m autograder student-kit``)."""
+    from kit_helpers import build_kit
+
+    return build_kit(tmp_path_factory.mktemp("student-kit") / "kit")
+
+
+@pytest.fixture(scope="session")
+def installed_kit(student_kit, tmp_path_factory):
+    """The kit installed into a fresh virtual environment in an empty folder, as a student installs it."""
+    from kit_helpers import install_kit
+
+    return install_kit(student_kit, tmp_path_factory.mktemp("student-machine"))

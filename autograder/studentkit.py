@@ -1,0 +1,266 @@
+"""Build the student kit: the course as students receive it, with self-checks and without a line of the answers.
+
+``python -m autograder student-kit --out dist/student-kit`` (``make student-kit``) writes
+
+    dist/student-kit/training_at_scale_student-<version>-py3-none-any.whl   # pip install this
+    dist/student-kit/environment.yml                                        # or: conda env create -f it
+    dist/student-kit/README.md                                              # the student README
+    dist/training-at-scale-student-<version>.zip                            # the folder, for an LMS
+
+The wheel holds the released notebooks (``notebooks/``), ``coursekit``, the part of ``autograder`` that a test
+cell imports (found by following imports, so a new helper comes along by itself) with the reference observations,
+the ``training-at-scale`` launcher, and Jupyter settings that hide nbgrader's instructor tools. Before anything is
+written, every file is searched for the solution cells of ``solutions/``; a kit that would leak is not built.
+"""
+import ast
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+from .course import load_course
+from .reference_file import stale_references
+
+PROJECT = "training-at-scale-student"
+INSTRUCTOR_ONLY_DEPENDENCIES = {"distributed"}  # the class grader's cluster back end
+KIT_SOURCES = Path(__file__).resolve().parent.parent / "studentkit"   # launcher, README, Jupyter settings
+JUPYTER_SETTINGS = {  # installed under the environment's etc/jupyter (read by every JupyterLab started in it)
+    "etc/jupyter/labconfig/page_config.d": "jupyter-config/labconfig/page_config.d/training-at-scale-student.json",
+    "etc/jupyter/jupyter_server_config.d": "jupyter-config/jupyter_server_config.d/training-at-scale-student.json",
+    "etc/jupyter": "jupyter-config/nbgrader_config.json",
+}
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "BEGIN HIDDEN TESTS")
+
+
+# ---- what goes in --------------------------------------------------------------------------
+
+def _module_imports(path: Path, package: str) -> set[str]:
+    """Modules of ``autograder`` that ``path`` imports at module level (function-level imports are the
+    instructor-only paths, e.g. running the reference solution when ``solutions/`` is present)."""
+    tree = ast.parse(path.read_text())
+    here = path.relative_to(package_root()).with_suffix("").parts
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - node.level]
+                target = ".".join(base + tuple((node.module or "").split(".")) if node.module else base)
+                names = [f"{target}.{a.name}" for a in node.names] + [target]
+            else:
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found |= {n for n in names if n == package or n.startswith(package + ".")}
+    return found
+
+
+def package_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def _module_file(name: str) -> Path | None:
+    base = package_root().joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def student_modules() -> list[Path]:
+    """The files of ``autograder`` a test cell needs: the import closure of ``check`` and the exercise modules."""
+    roots = ["autograder", "autograder.incell", "autograder.exercises"] + [
+        f"autograder.exercises.{p.stem}" for p in (package_root() / "autograder" / "exercises").glob("*.py")
+        if not p.name.startswith("_")]
+    todo, files = list(roots), set()
+    while todo:
+        path = _module_file(todo.pop())
+        if path is None or path in files:
+            continue
+        files.add(path)
+        for parent in path.relative_to(package_root()).parents:  # every package on the way needs its __init__
+            if parent != Path(".") and (package_root() / parent / "__init__.py").is_file():
+                files.add(package_root() / parent / "__init__.py")
+        todo += sorted(_module_imports(path, "autograder"))
+    return sorted(files)
+
+
+def student_dependencies() -> list[str]:
+    project = tomllib.loads((package_root() / "pyproject.toml").read_text())["project"]
+    return [d for d in project["dependencies"] if d.split("=")[0].split("<")[0].split(">")[0].strip()
+            not in INSTRUCTOR_ONLY_DEPENDENCIES]
+
+
+def project_version() -> str:
+    return tomllib.loads((package_root() / "pyproject.toml").read_text())["project"]["version"]
+
+
+def _pyproject(version: str) -> str:
+    deps = "".join(f"    {json.dumps(d)},\n" for d in student_dependencies())
+    data_files = "".join(f'"{target}" = ["{source}"]\n' for target, source in JUPYTER_SETTINGS.items())
+    return f'''[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{PROJECT}"
+version = "{version}"
+description = "Training at Scale, the student kit: lessons, helpers and self-checks (no solutions)."
+readme = "README.md"
+requires-python = ">=3.11"
+license = {{ text = "MIT" }}
+dependencies = [
+{deps}]
+
+[project.scripts]
+training-at-scale = "training_at_scale_student.launcher:main"
+
+[tool.setuptools]
+packages = ["autograder", "autograder.exercises", "coursekit", "training_at_scale_student"]
+
+[tool.setuptools.package-data]
+autograder = ["reference_observations.json"]
+training_at_scale_student = ["course/**/*"]
+
+[tool.setuptools.data-files]
+{data_files}'''
+
+
+def stage(project: Path) -> None:
+    """Lay out the kit's source tree under ``project``."""
+    root = package_root()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    for path in student_modules():
+        dest = project / path.relative_to(root)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest)
+    shutil.copyfile(root / "autograder" / "reference_observations.json",
+                    project / "autograder" / "reference_observations.json")
+    shutil.copytree(root / "coursekit", project / "coursekit", ignore=ignore)
+    shutil.copytree(KIT_SOURCES / "training_at_scale_student", project / "training_at_scale_student", ignore=ignore)
+    shutil.copytree(root / "notebooks", project / "training_at_scale_student" / "course", ignore=ignore)
+    shutil.copytree(KIT_SOURCES / "jupyter-config", project / "jupyter-config")
+    shutil.copyfile(KIT_SOURCES / "README.md", project / "README.md")
+    (project / "pyproject.toml").write_text(_pyproject(project_version()))
+
+
+def _build_wheel(project: Path, out: Path) -> Path:
+    env = {**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "1764806400")}  # same bytes twice
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                           "--wheel-dir", str(out), str(project)], capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise RuntimeError(f"building the student wheel failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+def _environment_yml(wheel: str) -> str:
+    return ("# conda env create -f environment.yml && conda activate training-at-scale\n"
+            "# then: training-at-scale lab\n"
+            "name: training-at-scale\nchannels:\n  - conda-forge\ndependencies:\n  - python=3.11\n  - pip\n"
+            f"  - pip:\n      - ./{wheel}\n")
+
+
+# ---- what must not go in ---------------------------------------------------------------------
+
+def _code_lines(text: str) -> list[str]:
+    """Lines of code, stripped, without blank lines and comments: what a copied solution keeps."""
+    lines = (line.split("  #")[0].strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def solution_bodies() -> dict[str, list[str]]:
+    """exercise -> the code lines between the solution markers of its instructor cell."""
+    bodies = {}
+    for spec in load_course().notebooks.values():
+        for exercise, source in spec.reference_code.items():
+            inside = source.split("### BEGIN SOLUTION", 1)[-1].split("### END SOLUTION", 1)[0]
+            bodies[exercise] = _code_lines(inside)
+    return bodies
+
+
+def _texts(name: str, data: bytes, depth: int = 0):
+    """(path, text) for every text file in ``data``, looking inside wheels, zips and notebooks."""
+    if zipfile.is_zipfile(io.BytesIO(data)) and depth < 3:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            for info in archive.infolist():
+                if not info.is_dir():
+                    yield from _texts(f"{name}!{info.filename}", archive.read(info), depth + 1)
+        return
+    text = data.decode("utf-8", errors="replace")
+    if name.endswith(".ipynb"):
+        try:
+            text = "\n".join("".join(c.get("source", "")) for c in json.loads(text)["cells"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+    yield name, text
+
+
+def _contains_run(haystack: list[str], needle: list[str]) -> bool:
+    n = len(needle)
+    return any(haystack[i:i + n] == needle for i in range(len(haystack) - n + 1))
+
+
+def find_leaks(folder: Path, window: int = 4) -> list[str]:
+    """Every place under ``folder`` (archives unpacked) holding solution code, a solution marker or an
+    instructor-only file. Solution code counts as found when any ``window`` consecutive code lines of a solution
+    (the whole body if it is shorter) appear in a file, in order. Four, not three: Lesson 2 rightly teaches
+    GradScaler's three-line idiom (scale(loss).backward(), step, update) that every AMP loop contains."""
+    bodies = solution_bodies()
+    needles = {ex: [body[i:i + window] for i in range(max(1, len(body) - window + 1))] for ex, body in bodies.items()}
+    problems = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        for name, text in _texts(str(path.relative_to(folder)), path.read_bytes()):
+            parts = set(Path(name.replace("!", "/")).parts)
+            if parts & {"solutions", "tests", "variants", "bench"} or name.endswith((".db", "nbgrader_config.py")):
+                problems.append(f"{name}: an instructor-only file")
+            for marker in SOLUTION_MARKERS:
+                if marker in text:
+                    problems.append(f"{name}: contains the marker {marker!r}")
+            lines = _code_lines(text)
+            for exercise, runs in needles.items():
+                if any(run and _contains_run(lines, run) for run in runs):
+                    problems.append(f"{name}: contains solution code of `{exercise}`")
+    return problems
+
+
+# ---- the command -------------------------------------------------------------------------------
+
+def build_student_kit(out: Path) -> list[str]:
+    stale = stale_references()
+    if stale:
+        raise RuntimeError("the reference observations are out of date, so the kit's self-checks would be wrong:\n"
+                           + "\n".join(stale))
+    out = out.resolve()
+    version = project_version()
+    with tempfile.TemporaryDirectory(prefix="student-kit-") as tmp:
+        project, folder = Path(tmp) / "project", Path(tmp) / f"{PROJECT}-{version}"
+        stage(project)
+        folder.mkdir()
+        wheel = _build_wheel(project, folder)
+        shutil.copyfile(KIT_SOURCES / "README.md", folder / "README.md")
+        (folder / "environment.yml").write_text(_environment_yml(wheel.name))
+        leaks = find_leaks(folder)
+        if leaks:
+            raise RuntimeError("the student kit would leak instructor material; nothing was written:\n"
+                               + "\n".join(leaks))
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.copytree(folder, out)
+        archive = out.parent / f"{PROJECT}-{version}.zip"
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+            for path in sorted(folder.rglob("*")):
+                info = zipfile.ZipInfo(str(path.relative_to(folder.parent)), date_time=(2025, 12, 4, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                z.writestr(info, path.read_bytes())
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    return [f"built {out} ({size / 1024:.0f} KiB): {wheel.name}, environment.yml, README.md",
+            f"built {archive} ({archive.stat().st_size / 1024:.0f} KiB), the same folder zipped for an LMS",
+            "searched every file (archives unpacked) for solution code and instructor files: none found"]

@@ -1,0 +1,304 @@
+"""The student kit: the course in a student's hands without the answers, self-checks that work anywhere.
+
+* fast: the shipped reference file's failure modes (missing, truncated, edited, stale) each give one clear sentence
+  and never a score, and the leak scanner finds solution code wherever it is planted;
+* slow: the kit built by the instructor's command holds no solution code; installed into a fresh venv in an empty
+  folder, its test cells give exactly the instructor's verdicts on the reference, the blank stub and every correct
+  and wrong variant, Validate works, and nbgrader's instructor tools are hidden.
+"""
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import variant_modules
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nbgrader_cli import COURSE, NBGRADER, run
+from submission_factory import filled, reference_source, released_notebook
+
+from autograder import observations
+from autograder.course import load_course
+from autograder.incell import check
+from autograder.reference import reference_function
+from autograder.reference_file import stale_references
+from autograder.studentkit import find_leaks, solution_bodies, student_modules
+
+REPO = Path(__file__).resolve().parent.parent
+L1, L1_EXERCISE = "01_gradient_accumulation.ipynb", "train_with_accumulation"
+SHIPPED = observations.FILE.read_bytes()
+
+
+# ---- the shipped reference file, read as a student's test cell reads it ---------------------------
+
+@pytest.fixture
+def student_mode(monkeypatch):
+    """No solutions/ on this machine: the test cells must use the shipped file."""
+    reference_function(L1_EXERCISE)  # the function under test is taken (cached) while the solutions are still here
+    monkeypatch.setenv("COURSE_ROOT", "/nonexistent")
+    observations._load.cache_clear()
+    yield
+    observations._load.cache_clear()
+
+
+def run_check(exercise: str, fn, reference_file: Path | None = None, monkeypatch=None):
+    if reference_file is not None:
+        monkeypatch.setattr(observations, "FILE", reference_file)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        score = check(exercise, fn)
+    return score, printed.getvalue()
+
+
+def _rebuilt(mutate) -> bytes:
+    """The shipped file after ``mutate(data)``, with a digest that matches again (a consistent, wrong file)."""
+    data = json.loads(SHIPPED)
+    mutate(data)
+    data["digest"] = observations.digest(data["exercises"])
+    return json.dumps(data).encode()
+
+
+def _edited_value() -> bytes:
+    data = json.loads(SHIPPED)
+    data["exercises"][L1_EXERCISE]["observation"]["scenarios"]["default"]["returned"] += 1.0
+    return json.dumps(data).encode()
+
+
+BROKEN_FILES = {  # case: (file content or None for missing, phrase the student reads)
+    "missing": (None, "missing"),
+    "truncated": (SHIPPED[: len(SHIPPED) // 2], "damaged"),
+    "empty": (b"", "damaged"),
+    "edited_by_hand": (_edited_value(), "changed after it was built"),
+    "not_an_object": (b"[1, 2, 3]", "not one this version"),
+    "other_format": (_rebuilt(lambda d: d.update(format=99)), "not one this version"),
+    "exercise_missing": (_rebuilt(lambda d: d["exercises"].pop(L1_EXERCISE)), f"nothing for `{L1_EXERCISE}`"),
+    "other_checks": (_rebuilt(lambda d: d["exercises"][L1_EXERCISE].update(checks="0" * 16)), "not the ones"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_FILES))
+def test_a_broken_reference_file_gives_one_sentence_and_no_score(case, student_mode, monkeypatch, tmp_path, capfd):
+    content, phrase = BROKEN_FILES[case]
+    path = tmp_path / "reference_observations.json"
+    if content is not None:
+        path.write_bytes(content)
+    score, printed = run_check(L1_EXERCISE, reference_function(L1_EXERCISE), path, monkeypatch)
+    assert score == 0.0, f"a {case} reference file gave the reference solution {score} points"
+    assert printed.startswith(f"{L1_EXERCISE}: not checked.") and phrase in printed, printed
+    assert "Traceback" not in printed and len(printed.splitlines()) == 1, printed
+    assert "reinstall" in printed
+    assert capfd.readouterr().err == "", "a test cell must not write to stderr (nbgrader scores it 0)"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, len(SHIPPED)), flips=st.lists(st.tuples(st.integers(0, len(SHIPPED) - 1),
+                                                                  st.integers(1, 255)), max_size=3))
+def test_any_damage_to_the_file_is_reported_never_scored(student_mode, monkeypatch, tmp_path, cut, flips):
+    damaged = bytearray(SHIPPED[:cut])
+    for where, xor in flips:
+        if where < len(damaged):
+            damaged[where] ^= xor
+    path = tmp_path / f"damaged-{cut}-{hash(tuple(flips))}.json"
+    path.write_bytes(bytes(damaged))
+    score, printed = run_check(L1_EXERCISE, reference_function(L1_EXERCISE), path, monkeypatch)
+    if bytes(damaged) == SHIPPED:
+        assert score == 11, printed
+    else:
+        assert score == 0.0 and "not checked" in printed, printed
+
+
+def test_student_mode_uses_the_shipped_file_and_agrees(student_mode, monkeypatch):
+    """Without solutions/, the reference solution scores full against the shipped file, blank scores 0."""
+    full, printed = run_check(L1_EXERCISE, reference_function(L1_EXERCISE))
+    assert full == 11 and "Note:" not in printed, printed
+    blank = released_source(L1, L1_EXERCISE)
+    setup = load_course().notebooks[L1].setup_code
+    namespace = {}
+    for code in [*setup, blank]:
+        exec(code, namespace)
+    assert run_check(L1_EXERCISE, namespace[L1_EXERCISE])[0] == 0
+
+
+def test_a_different_setting_is_said_in_one_line():
+    recorded = observations.RecordedReference("train_amp", {"scenarios": {"bf16": {}, "fp16_default": {}}},
+                                              torch="2.13.0+cpu", device="cpu")
+    assert observations.setting_notes(recorded, {"scenarios": {"bf16": {}}}, "2.13.0+cu128") == []
+    notes = observations.setting_notes(recorded, {"scenarios": {"bf16": {}, "bf16@cuda": {}, "fp16_default@cuda": {}}},
+                                       "2.14.1+cu128")
+    assert len(notes) == 2
+    assert "torch 2.14.1+cu128 here, 2.13.0+cpu where the reference was recorded" in notes[0]
+    assert "2 scenario(s) on cuda have no recorded reference" in notes[1]
+
+
+def test_a_stale_file_is_caught(tmp_path):
+    assert stale_references() == [], "autograder/reference_observations.json is out of date: run " \
+                                     "`python -m autograder references`"
+    stale = tmp_path / "stale.json"
+    stale.write_bytes(_rebuilt(lambda d: d["exercises"][L1_EXERCISE].update(solution="0" * 16)))
+    assert any("solution or setup cells of `train_with_accumulation` changed" in p for p in stale_references(stale))
+    stale.write_bytes(_rebuilt(lambda d: d["exercises"].pop("train_amp")))
+    assert any("no reference for `train_amp`" in p for p in stale_references(stale))
+
+
+# ---- what goes into the kit, and what must not ----------------------------------------------
+
+def test_the_kit_carries_the_check_side_of_the_grader_only():
+    names = {p.relative_to(REPO).as_posix() for p in student_modules()}
+    for needed in ("autograder/__init__.py", "autograder/incell.py", "autograder/observations.py",
+                   "autograder/exercise.py", "autograder/verdict.py", "autograder/exercises/__init__.py"):
+        assert needed in names
+    assert {f"autograder/exercises/{e}.py" for e in load_course().exercises} <= names
+    for instructor_only in ("course", "reference", "reference_file", "studentkit", "cli", "batch", "grading",
+                            "sandbox", "worker", "runner", "gradebook", "generate"):
+        assert f"autograder/{instructor_only}.py" not in names
+
+
+def test_the_leak_scanner_finds_solution_code_wherever_it_is(tmp_path):
+    bodies = solution_bodies()
+    assert set(bodies) == set(load_course().exercises) and all(len(b) >= 1 for b in bodies.values())
+    for exercise, body in bodies.items():
+        folder = tmp_path / exercise
+        inner = io.BytesIO()
+        with zipfile.ZipFile(inner, "w") as z:  # a notebook with the answer, inside a zip, inside a zip
+            nb = {"cells": [{"cell_type": "code", "source": ["# a student's notes\n", *[f"    {line}\n" for line in body]]}]}
+            z.writestr("lesson/answer.ipynb", json.dumps(nb))
+        folder.mkdir()
+        with zipfile.ZipFile(folder / "kit.whl", "w") as z:
+            z.writestr("pkg/inner.zip", inner.getvalue())
+        found = find_leaks(folder)
+        assert any(f"solution code of `{exercise}`" in p for p in found), (exercise, found)
+
+
+@pytest.mark.slow
+def test_the_built_kit_holds_no_solution_and_no_instructor_file(student_kit):
+    assert find_leaks(student_kit) == []
+    (wheel,) = student_kit.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "autograder/reference_observations.json" in names
+    for lesson in (REPO / "notebooks").rglob("*"):
+        if lesson.is_file() and "__pycache__" not in lesson.parts:
+            assert f"training_at_scale_student/course/{lesson.relative_to(REPO / 'notebooks').as_posix()}" in names
+    assert not [n for n in names if n.startswith(("solutions/", "tests/", "bench/")) or n.endswith("course.py")]
+    assert (student_kit / "README.md").read_text().startswith("# Training at Scale — student kit")
+    assert f"./{wheel.name}" in (student_kit / "environment.yml").read_text()
+    assert (student_kit.parent / f"training-at-scale-student-{wheel.name.split('-')[1]}.zip").is_file()
+
+
+@pytest.mark.slow
+def test_nbgrader_release_gives_students_no_solution(tmp_path):
+    """The instructor's `nbgrader release_assignment` publishes the generated notebooks, never a solution."""
+    env = {**os.environ, "NBGRADER_COURSE_ROOT": str(tmp_path / "instructor"),
+           "NBGRADER_EXCHANGE": str(tmp_path / "exchange"), "JUPYTER_DATA_DIR": str(tmp_path / "jupyter-data")}
+    (tmp_path / "instructor").mkdir()
+    (tmp_path / "exchange").mkdir()
+    for assignment in sorted({spec.assignment for spec in load_course().notebooks.values()}):
+        run([NBGRADER, "release_assignment", assignment, "--force"], COURSE, env)
+    outbound = tmp_path / "exchange" / "training-at-scale" / "outbound"
+    assert len(list(outbound.rglob("*.ipynb"))) >= 6
+    assert find_leaks(outbound) == []
+
+
+# ---- the installed kit, far from the repository ------------------------------------------------
+
+def released_source(notebook: str, exercise: str) -> str:
+    cell = next(c for c in released_notebook(notebook)["cells"]
+                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == exercise)
+    return "".join(cell["source"])
+
+
+def selfcheck_job() -> dict:
+    """Per exercise: the setup cells, and the exercise cell as reference, blank stub and every variant."""
+    job, variants = {}, variant_modules()
+    for spec in load_course().notebooks.values():
+        for exercise in spec.exercises:
+            module = variants[exercise]
+            cases = {"reference": reference_source(exercise), "blank": released_source(spec.name, exercise)}
+            cases |= {f"correct:{name}": source for name, source in module.CORRECT.items()}
+            cases |= {f"wrong:{name}": source for name, (source, _) in module.WRONG.items()}
+            job[exercise] = {"setup": spec.setup_code, "cases": cases}
+    return job
+
+
+def run_selfchecks(python: str, job: dict, cwd: Path, env: dict | None) -> dict:
+    script = cwd / "kit_selfcheck.py"
+    shutil.copyfile(Path(__file__).with_name("kit_selfcheck.py"), script)
+    done = subprocess.run([python, str(script)], input=json.dumps(job), cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_installed_kit_self_checks_give_the_instructors_verdicts(installed_kit, tmp_path):
+    job = selfcheck_job()
+    in_kit = run_selfchecks(str(installed_kit.bin / "python"), job, installed_kit.home, installed_kit.env())
+    (tmp_path / "instructor").mkdir()
+    instructor = run_selfchecks(sys.executable, job, tmp_path / "instructor", None)  # live references
+    maxima = {e: load_course().spec_for_exercise(e).test_points[e] for e in job}
+    for key, got in sorted(in_kit.items()):
+        exercise, case = key.split("/", 1)
+        if case in ("reference",) or case.startswith("correct:"):
+            assert got["score"] == maxima[exercise], (key, got["report"])
+        elif case == "blank":
+            assert got["score"] == 0, (key, got["report"])
+        else:
+            assert got["score"] < maxima[exercise], (key, got["report"])
+        assert got["report"] == instructor[key]["report"], f"{key}: the kit and the instructor disagree"
+    assert set(in_kit) == set(instructor) and len(in_kit) > 100
+
+
+@pytest.mark.slow
+def test_installed_kit_validate_and_the_student_commands(installed_kit):
+    course = installed_kit.home / "training-at-scale"
+    copied = installed_kit.run("training-at-scale", "copy")
+    assert "copied" in copied.stdout and (course / "00-start-here.ipynb").is_file()
+    lesson1 = course / "lesson1" / L1
+    validate = installed_kit.run("nbgrader", "validate", str(lesson1), check=False, cwd=course)
+    assert "VALIDATION FAILED" in validate.stdout and "Partial credit" in validate.stdout, validate.stdout
+    lesson1.write_text(json.dumps(filled(L1, {L1_EXERCISE: reference_source(L1_EXERCISE)}), indent=1))
+    validate = installed_kit.run("nbgrader", "validate", str(lesson1), cwd=course)
+    assert "Success! Your notebook passes all the tests." in validate.stdout, validate.stdout
+    again = installed_kit.run("training-at-scale", "copy")  # a second run keeps the student's work
+    assert "kept your own version of 1 file(s)" in again.stdout and "lesson1/" + L1 in again.stdout
+    assert L1_EXERCISE in lesson1.read_text() and "NotImplementedError" not in json.dumps(
+        [c for c in json.loads(lesson1.read_text())["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id")
+         == L1_EXERCISE])
+
+
+@pytest.mark.slow
+def test_installed_kit_hides_the_instructor_tools(installed_kit):
+    server = installed_kit.run("jupyter", "server", "extension", "list").stdout + \
+        installed_kit.run("jupyter", "server", "extension", "list").stderr
+    for extension, state in (("formgrader", "disabled"), ("course_list", "disabled"),
+                             ("assignment_list", "enabled"), ("validate_assignment", "enabled")):
+        line = next(x for x in server.splitlines() if f"nbgrader.server_extensions.{extension} " in x)
+        assert state in line, line
+    lab = installed_kit.run("jupyter", "labextension", "list")
+    disabled = (lab.stdout + lab.stderr).split("Disabled extensions:", 1)[-1]
+    for plugin in ("formgrader", "course-list", "create-assignment"):
+        assert f"@jupyter/nbgrader:{plugin}" in disabled
+    for plugin in ("assignment-list", "validate-assignment"):
+        assert f"@jupyter/nbgrader:{plugin}" not in disabled
+
+
+@pytest.mark.slow
+def test_installed_kit_reports_an_edited_reference_file(installed_kit, tmp_path):
+    (shipped,) = installed_kit.venv.glob("lib/python*/site-packages/autograder/reference_observations.json")
+    original = shipped.read_bytes()
+    try:
+        data = json.loads(original)
+        data["exercises"][L1_EXERCISE]["observation"]["scenarios"]["default"]["returned"] *= 1.001
+        shipped.write_text(json.dumps(data))  # a student "adjusting" a reference value
+        job = {L1_EXERCISE: {"setup": load_course().notebooks[L1].setup_code,
+                             "cases": {"reference": reference_source(L1_EXERCISE)}}}
+        got = run_selfchecks(str(installed_kit.bin / "python"), job, installed_kit.home, installed_kit.env())
+    finally:
+        shipped.write_bytes(original)
+    result = got[f"{L1_EXERCISE}/reference"]
+    assert result["score"] == 0 and "changed after it was built" in result["report"], result
