@@ -161,6 +161,26 @@ class LabServer:
         return run([NBGRADER, *args], self.cwd, self.env, timeout=timeout)
 
 
+class StudentKitLab(LabServer):
+    """``training-at-scale lab`` from an installed student kit (tests/kit_helpers.py), in the student's home: the
+    command the kit's README tells students to run, with the token from JUPYTER_TOKEN."""
+
+    def __init__(self, kit, tmp: Path):
+        self.tmp, self.kit = tmp, kit
+        self.root = kit.home / "training-at-scale"   # where the launcher copies the lessons
+        self.port, self.token = free_port(), secrets.token_hex(16)
+        self.env = kit.env(JUPYTER_TOKEN=self.token)
+        settings = kit.home / ".jupyter" / "lab" / "user-settings"
+        for name, value in LAB_SETTINGS.items():
+            (settings / name).parent.mkdir(parents=True, exist_ok=True)
+            (settings / name).write_text(json.dumps(value))
+        self.cwd = kit.home
+        self.default_url = "/lab/tree/00-start-here.ipynb"
+        self.command = [str(kit.bin / "training-at-scale"), "lab", "--no-browser", f"--port={self.port}"]
+        self.log_path = tmp / "student-lab.log"
+        self.process = None
+
+
 def _substitute(option: str, values: dict) -> str:
     for key, value in values.items():
         option = option.replace(key, value)

@@ -1,15 +1,17 @@
 """What a student and an instructor see, tested in a real Chromium against a real JupyterLab.
 
-One JupyterLab server per module, started like ``make lab`` in a temporary copy of the course (see
-browser_helpers). Each step leaves a screenshot under test-artifacts/browser/<test>/; a failing step says
-what was expected and where its screenshot is.
+Two JupyterLab servers per module: the student's, started by ``training-at-scale lab`` from the student kit
+installed in a fresh venv (what students get: no solutions anywhere), and the instructor's, started like
+``make lab`` in a temporary copy of the repository (see browser_helpers). Each step leaves a screenshot under
+test-artifacts/browser/<test>/; a failing step says what was expected and where its screenshot is.
 
-* start page: ``make lab``'s default URL opens the start page, the Nbgrader menu is there, and the kernel
-  is the course's environment (its setup cell forks two ranks and all-reduces).
-* student: Lesson 1 (student version) → Run All → plots render → type the solution into the exercise cell →
-  Run All → 11/11 → Validate → "Success!".
-* instructor: nbgrader generate_assignment + autograde two submissions → formgrader shows the assignment and
-  the graded submissions with their scores.
+* start page (student kit): the default URL opens the start page, the Nbgrader menu offers the Assignment List
+  but none of the instructor's tools, and the kernel is the kit's environment (its setup cell forks two ranks
+  and all-reduces).
+* student (student kit): Lesson 1 → Run All → plots render → type the solution into the exercise cell →
+  Run All → 11/11 (against the kit's shipped reference results) → Validate → "Success!".
+* instructor (repository): nbgrader generate_assignment + autograde two submissions → formgrader shows the
+  assignment and the graded submissions with their scores.
 """
 import json
 import re
@@ -19,18 +21,18 @@ import pytest
 from browser_helpers import (
     CHROMIUM_ARGS,
     REPO,
-    VENV_BIN,
     LabServer,
     Screenshots,
+    StudentKitLab,
     chromium_executable,
     fill_exercise,
     playwright_or_skip,
     reference_solution,
 )
 
-LESSON1 = "notebooks/lesson1/01_gradient_accumulation.ipynb"
+LESSON1 = "lesson1/01_gradient_accumulation.ipynb"   # in the student's course folder
 EXERCISE = "train_with_accumulation"
-NBGRADER_MENU_ITEMS = ("Assignment List", "Formgrader")
+STUDENT_MENU, INSTRUCTOR_ONLY_MENU = ("Assignment List",), ("Formgrader", "Course List")
 VIEWPORT = {"width": 1400, "height": 900}
 KERNEL_READY = "Python 3 (ipykernel) | Idle"  # Lab's status bar once the notebook's kernel has started
 # True when every code cell shows an execution count: nothing queued ([*]) or never run ([ ]).
@@ -60,8 +62,14 @@ def lab(browser, tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="module")
+def student_lab(browser, installed_kit, tmp_path_factory):
+    with StudentKitLab(installed_kit, tmp_path_factory.mktemp("student-lab")) as server:
+        yield server
+
+
 @pytest.fixture
-def page(browser, lab):
+def page(browser):
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.set_default_timeout(60_000)
@@ -126,9 +134,10 @@ def test_start_page_links_point_at_the_lessons():
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_start_page_opens_with_the_course_kernel_and_nbgrader(page, lab):
+def test_start_page_opens_with_the_course_kernel_and_nbgrader(page, student_lab):
+    lab = student_lab
     shots = Screenshots(page, "start_page")
-    with shots.step("start-page", f"`make lab`'s default URL {lab.default_url} should show the start page"):
+    with shots.step("start-page", f"`training-at-scale lab`'s default URL {lab.default_url} should show the start page"):
         page.goto(f"{lab.url}/?token={lab.token}")
         assert lab.default_url in page.url, f"the browser landed on {page.url}"
         wait_until_ready(page, lab.root / lab.default_url.split("/lab/tree/", 1)[1])
@@ -136,11 +145,16 @@ def test_start_page_opens_with_the_course_kernel_and_nbgrader(page, lab):
         assert "Training at Scale" in heading, f"the first heading is {heading!r}"
         assert page.locator("table a:text('Gradient accumulation')").count() == 1, "no link to Lesson 1 in the table"
 
-    with shots.step("nbgrader-menu", f"the Nbgrader menu should offer {NBGRADER_MENU_ITEMS}"):
+    with shots.step("nbgrader-menu", f"the Nbgrader menu should offer {STUDENT_MENU} and none of {INSTRUCTOR_ONLY_MENU}"):
         page.click(".lm-MenuBar-itemLabel:text-is('Nbgrader')")
         items = page.locator(".lm-Menu-itemLabel").all_inner_texts()
-        missing = [item for item in NBGRADER_MENU_ITEMS if item not in items]
+        missing = [item for item in STUDENT_MENU if item not in items]
         assert not missing, f"missing {missing}; the menu holds {items}: is the nbgrader lab extension enabled?"
+        extra = [item for item in INSTRUCTOR_ONLY_MENU if item in items]
+        assert not extra, f"a student's Lab offers the instructor's {extra}"
+        tabs = page.locator(".jp-SideBar.jp-mod-right .lm-TabBar-tab").evaluate_all(
+            "tabs => tabs.map(t => t.getAttribute('title') || t.textContent)")
+        assert not [t for t in tabs if "Create Assignment" in (t or "")], f"the right side bar offers {tabs}"
 
     with shots.step("assignment-list", "Nbgrader → Assignment List should open the students' assignment panel"):
         page.click(".lm-Menu-itemLabel:text-is('Assignment List')")
@@ -154,13 +168,14 @@ def test_start_page_opens_with_the_course_kernel_and_nbgrader(page, lab):
         output_area.scroll_into_view_if_needed()
         output = output_area.inner_text()
         assert "The course is ready" in output, f"the setup cell printed:\n{output}"
-        assert str(VENV_BIN) in output, f"the kernel does not run the course's Python (in {VENV_BIN}):\n{output}"
+        assert str(lab.kit.bin) in output, f"the kernel does not run the kit's Python (in {lab.kit.bin}):\n{output}"
         assert page.locator(STDERR_OUTPUT).count() == 0, "a cell wrote to stderr (red output)"
 
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_student_runs_lesson1_and_validate_passes(page, lab):
+def test_student_runs_lesson1_and_validate_passes(page, student_lab):
+    lab = student_lab
     shots = Screenshots(page, "student")
     with shots.step("open-lesson1", f"{LESSON1} should open with an idle Python kernel"):
         open_in_lab(page, lab, LESSON1, workspace="student")
@@ -236,6 +251,13 @@ def test_instructor_sees_graded_submissions_in_formgrader(page, lab, tmp_path):
     print(f"nbgrader autograde (2 submissions): {time.monotonic() - start:.0f} s")
 
     shots = Screenshots(page, "instructor")
+    with shots.step("instructor-menu", f"the instructor's Nbgrader menu should offer {INSTRUCTOR_ONLY_MENU}"):
+        page.goto(f"{lab.url}/lab?token={lab.token}")
+        page.click(".lm-MenuBar-itemLabel:text-is('Nbgrader')")
+        items = page.locator(".lm-Menu-itemLabel").all_inner_texts()
+        assert all(item in items for item in INSTRUCTOR_ONLY_MENU), f"the instructor's menu holds {items}"
+        page.keyboard.press("Escape")
+
     with shots.step("formgrader", "formgrader should list lesson1 with 2 submissions"):
         page.goto(f"{lab.url}/formgrader?token={lab.token}")
         row = page.locator("tr").filter(has=page.locator("a:text-is('lesson1')"))

@@ -225,21 +225,35 @@ def selfcheck_job() -> dict:
     return job
 
 
-def run_selfchecks(python: str, job: dict, cwd: Path, env: dict | None) -> dict:
+def start_selfchecks(python: str, job: dict, cwd: Path, env: dict | None) -> subprocess.Popen:
+    """Start kit_selfcheck.py (copied next to the work, away from the repository) on ``job``; files, not pipes,
+    carry its input and output, so two of them can run side by side."""
     script = cwd / "kit_selfcheck.py"
     shutil.copyfile(Path(__file__).with_name("kit_selfcheck.py"), script)
-    done = subprocess.run([python, str(script)], input=json.dumps(job), cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=1800)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    (cwd / "job.json").write_text(json.dumps(job))
+    with open(cwd / "job.json") as stdin, open(cwd / "results.json", "w") as stdout, open(cwd / "log.txt", "w") as log:
+        process = subprocess.Popen([python, str(script)], stdin=stdin, stdout=stdout, stderr=log, cwd=cwd, env=env)
+    process.folder = cwd
+    return process
+
+
+def selfcheck_results(process: subprocess.Popen) -> dict:
+    process.wait(timeout=1800)
+    assert process.returncode == 0, (process.folder / "log.txt").read_text()[-3000:]
+    return json.loads((process.folder / "results.json").read_text())
+
+
+def run_selfchecks(python: str, job: dict, cwd: Path, env: dict | None) -> dict:
+    return selfcheck_results(start_selfchecks(python, job, cwd, env))
 
 
 @pytest.mark.slow
 def test_installed_kit_self_checks_give_the_instructors_verdicts(installed_kit, tmp_path):
     job = selfcheck_job()
-    in_kit = run_selfchecks(str(installed_kit.bin / "python"), job, installed_kit.home, installed_kit.env())
     (tmp_path / "instructor").mkdir()
-    instructor = run_selfchecks(sys.executable, job, tmp_path / "instructor", None)  # live references
+    kit_run = start_selfchecks(str(installed_kit.bin / "python"), job, installed_kit.home, installed_kit.env())
+    instructor_run = start_selfchecks(sys.executable, job, tmp_path / "instructor", None)  # live references
+    in_kit, instructor = selfcheck_results(kit_run), selfcheck_results(instructor_run)
     maxima = {e: load_course().spec_for_exercise(e).test_points[e] for e in job}
     for key, got in sorted(in_kit.items()):
         exercise, case = key.split("/", 1)
@@ -302,3 +316,28 @@ def test_installed_kit_reports_an_edited_reference_file(installed_kit, tmp_path)
         shipped.write_bytes(original)
     result = got[f"{L1_EXERCISE}/reference"]
     assert result["score"] == 0 and "changed after it was built" in result["report"], result
+
+
+@pytest.mark.slow
+def test_the_class_grader_never_reads_the_shipped_file(monkeypatch, tmp_path):
+    """`python -m autograder grade` computes its references from solutions/: a forged shipped file (one that
+    would make the blank notebook look right) changes nothing, and the file is never even opened."""
+    from submission_factory import write
+
+    from autograder.batch import grade_class
+    from autograder.sandbox import make_sandbox
+
+    def forged(data):  # the blank notebook's observation recorded as the "reference"
+        data["exercises"][L1_EXERCISE]["observation"] = {"scenarios": {}}
+    forged_file = tmp_path / "forged.json"
+    forged_file.write_bytes(_rebuilt(forged))
+    monkeypatch.setattr(observations, "FILE", forged_file)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the class grader read the shipped reference observations")
+    monkeypatch.setattr(observations, "_load", never)
+    write(tmp_path / "in", "ada", L1, filled(L1, {L1_EXERCISE: reference_source(L1_EXERCISE)}))
+    write(tmp_path / "in", "bob", L1, released_notebook(L1))
+    rows, _ = grade_class(tmp_path / "in", tmp_path / "out", make_sandbox(), jobs=2, progress=False)
+    scores = {r.student: (r.score, r.max_score) for r in rows}
+    assert scores == {"ada": (11.0, 11.0), "bob": (0.0, 11.0)}, scores
