@@ -341,3 +341,41 @@ def test_the_class_grader_never_reads_the_shipped_file(monkeypatch, tmp_path):
     rows, _ = grade_class(tmp_path / "in", tmp_path / "out", make_sandbox(), jobs=2, progress=False)
     scores = {r.student: (r.score, r.max_score) for r in rows}
     assert scores == {"ada": (11.0, 11.0), "bob": (0.0, 11.0)}, scores
+
+
+IMPORTS_RESOLVE = r'''
+import ast, importlib, json, sys
+from pathlib import Path
+problems = []
+for notebook in sorted(Path(sys.argv[1]).rglob("*.ipynb")):
+    sys.path.insert(0, str(notebook.parent))  # the kernel runs in the lesson's folder: its scripts import
+    for cell in json.loads(notebook.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(l for l in cell["source"] if not l.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                pairs = [(a.name, None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                pairs = [(node.module, a.name) for a in node.names]
+            else:
+                continue
+            for module, name in pairs:
+                try:
+                    imported = importlib.import_module(module)
+                    if name and not hasattr(imported, name):
+                        importlib.import_module(f"{module}.{name}")
+                except Exception as exc:
+                    problems.append(f"{notebook.name}: {module}{'.' + name if name else ''}: {exc!r}")
+    sys.path.pop(0)
+print(json.dumps(problems))
+'''
+
+
+@pytest.mark.slow
+def test_every_lesson_import_resolves_in_the_installed_kit(installed_kit):
+    """Everything a lesson imports (coursekit helpers, torch APIs, the lesson's own scripts) exists in the kit."""
+    course = installed_kit.home / "training-at-scale"
+    installed_kit.run("training-at-scale", "copy")
+    done = installed_kit.run("python", "-c", IMPORTS_RESOLVE, str(course), cwd=course)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
