@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 PORT   ?= 8888
 
-.PHONY: env lab test test-fast notebooks check-notebooks student-kit bench gpu-evidence gpu-evidence-dry clean
+.PHONY: env lab test test-fast notebooks check-notebooks student-kit hub hub-down bench gpu-evidence gpu-evidence-dry clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,15 @@ check-notebooks: env
 ## student-kit: build what students receive (dist/student-kit/: wheel, README, environment.yml; and a zip)
 student-kit: env
 	$(PY) -m autograder student-kit --out dist/student-kit
+
+## hub: a class on JupyterHub on this machine (as root): accounts from hub/demo-class.csv, student and instructor
+## environments, nbgrader's exchange, formgrader; http://localhost:8000 (docs/teaching-a-class.md)
+hub: env
+	$(PY) -m hub up --class-list $(or $(CLASS),hub/demo-class.csv)
+
+## hub-down: stop the class hub and remove all it created (its accounts with their homes, groups, files)
+hub-down:
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m hub down --purge
 
 ## bench: serial nbgrader vs the isolated parallel grader on 100 submissions
 bench: env
