@@ -285,7 +285,8 @@ def test_nothing_a_student_can_read_holds_solution_code(hub, tmp_path):
     roots = [hub.settings.root, hub.settings.envs, "/home"]
     lister = ("import os,sys\nfor r in sys.argv[1:]:\n for d,ds,fs in os.walk(r):\n  for f in fs:\n"
               "   p=os.path.join(d,f)\n   if os.path.isfile(p) and not os.path.islink(p) and os.access(p,os.R_OK)"
-              " and (p.endswith(('.py','.ipynb','.json','.md','.txt','.html','.csv','.whl','.zip','.cfg','.toml'))"
+              " and (p.endswith(('.py','.ipynb','.json','.md','.txt','.html','.csv','.whl','.zip','.cfg','.toml','.db',"
+              "'.sqlite'))"
               " or '.' not in f):\n    print(p)")
     listed = hub.as_user(bob, "/usr/bin/python3", "-c", lister, *roots).stdout.splitlines()
     site = [p for p in listed if "/site-packages/" in p and not re.search(r"/site-packages/(autograder|coursekit|"
@@ -293,8 +294,12 @@ def test_nothing_a_student_can_read_holds_solution_code(hub, tmp_path):
     scanned = [Path(p) for p in listed if p not in set(site)]
     assert any(p.name == NB for p in scanned), "bob's own fetched notebook should be among the files he can read"
     copy = tmp_path / "readable"
+    student_config = hub.settings.jupyter_config("student")
     for i, path in enumerate(scanned):
-        dest = copy / f"{i:05d}-{path.name}"
+        # the students' own nbgrader_config.py (exchange path, course id) is not the course's instructor-only config
+        # of that name: scanned for solution code under another name
+        name = f"{path.name}.student-setting" if path.parent == student_config else path.name
+        dest = copy / f"{i:05d}-{name}"
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(path.read_bytes())
     assert find_leaks(copy) == [], "a student can read solution material"
@@ -333,7 +338,8 @@ def test_servers_run_as_their_user_in_their_environment_with_limits(hub):
         request = urllib.request.Request(f"http://127.0.0.1:{hub.settings.port}/user/{user}/api/status",
                                          headers={"Host": f"{user}.{hub.settings.domain}:{hub.settings.port}"})
         try:
-            urllib.request.urlopen(request, timeout=10)
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                csp = reply.headers.get("Content-Security-Policy", "")
         except urllib.error.HTTPError as reply:  # 403 without a token: the headers are what matters here
             csp = reply.headers.get("Content-Security-Policy", "")
         expected = "frame-ancestors 'self'" if role == "instructor" else "frame-ancestors 'none'"
