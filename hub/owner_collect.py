@@ -1,10 +1,10 @@
 """nbgrader's collect, counting a submission only for the student who owns its files.
 
-nbgrader names a submission after ``getpass.getuser()``, which reads the ``USER``/``LOGNAME`` variables first: a
-student who runs ``USER=alice nbgrader submit lesson1`` in a terminal hands in a submission *named* alice's.
-nbgrader's own collect only logs a warning ("cheating attempt?") and then collects it as alice's latest, replacing
-alice's real work. On the class hub every submission folder is owned by the Unix account that wrote it, so this
-collect keeps, for each student, only the submissions their own account wrote, and logs the others as refused.
+Every student may create folders in the exchange's ``inbound/`` (that is how submitting works), so a student can
+plant a folder named ``alice+lesson1+<a later time>+<anything>``. nbgrader's own collect only logs a warning
+("cheating attempt?") and then collects it as alice's latest, replacing alice's real work. On the class hub every
+submission folder is owned by the Unix account that wrote it, so this collect keeps, for each student, only the
+submissions their own account wrote, and logs the others as refused.
 Installed into the instructors' Jupyter config by ``python -m hub up`` (``ExchangeFactory.collect``).
 """
 import glob

@@ -150,7 +150,7 @@ def login(browser, hub: ClassHub, user: str, viewport=None):
     page.fill("#password_input", hub.passwords[user])
     page.click("#login_submit")
     page.wait_for_url(f"**{user}.{hub.settings.domain}*/user/{user}/lab**", timeout=180_000)
-    page.wait_for_selector(".jp-LauncherCard, .jp-Notebook", timeout=120_000)
+    page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)  # Lab is up (it may restore earlier tabs)
     return page
 
 

@@ -239,8 +239,9 @@ def test_a_term_in_the_browser(hub, browser):
             row.locator("button:text-is('Fetch Feedback')").click()
             link = page.locator("#submitted_assignments_list a:text('view feedback')").first
             link.wait_for(timeout=120_000)
-            link.click()
-            page.locator(".jp-HTMLViewer, .jp-RenderedHTML, iframe").last.wait_for(timeout=60_000)
+            link.click()  # the file browser goes to the feedback folder; open the HTML there
+            page.locator(".jp-DirListing-item").filter(has_text="01_gradient_ac").first.dblclick()
+            page.locator(".jp-HTMLViewer").last.wait_for(timeout=60_000)
         files = sorted(Path(f"/home/{user}/{LESSON}/feedback").rglob("*.html"))
         assert len(files) == 1, files
         feedback[short] = files[0].read_text()
@@ -388,11 +389,13 @@ def test_bad_input_as_nbgrader_users_expect(hub):
     hub.as_user(teacher, "nbgrader", "db", "assignment", "add", LESSON, "--duedate=2020-01-01 00:00:00 UTC", cwd=course)
     submit(hub, "bob", reference_solution(EXERCISE))
 
-    # bob pretends to be alice (nbgrader names a submission after $USER): refused at collect, alice's work stays
-    write_as(hub, hub.user("bob"), Path(f"/home/{hub.user('bob')}") / LESSON / NB,
-             notebook_with(wrong_answer() + "\n# handed in by bob as alice\n"))
-    hub.as_user(hub.user("bob"), "nbgrader", "submit", LESSON, USER=hub.user("alice"), LOGNAME=hub.user("alice"))
-    assert any(p.name.startswith(hub.user("alice") + "+") and p.owner() == hub.user("bob") for p in inbound.iterdir())
+    # bob plants a submission named as alice's straight into the exchange (inbound is writable by every student):
+    # refused at collect, alice's work stays
+    fake = inbound / f"{hub.user('alice')}+{LESSON}+2099-01-01 00:00:00.000000 UTC+{'ab' * 16}"
+    hub.as_user(hub.user("bob"), "cp", "-r", str(Path(f"/home/{hub.user('bob')}") / LESSON), str(fake))
+    write_as(hub, hub.user("bob"), fake / NB, notebook_with(wrong_answer() + "\n# handed in by bob as alice\n"))
+    write_as(hub, hub.user("bob"), fake / "timestamp.txt", "2099-01-01 00:00:00.000000 UTC")
+    assert fake.owner() == hub.user("bob")
 
     # the hub restarts mid-term: every submission is still there, students log in again
     before = sorted(p.name for p in inbound.iterdir())
