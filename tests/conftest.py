@@ -1,5 +1,6 @@
 """Shared fixtures: grading a piece of source in-process, the way the checks see it."""
 import importlib
+import json
 import os
 import pkgutil
 import sys
@@ -21,24 +22,30 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 
 
 @cache
-def reference_observation(exercise: str) -> dict:
-    return get_exercise(exercise).observe_as_reference(reference_function(exercise))
+def reference_observation(exercise: str, salt: int = 0) -> dict:
+    """The reference's observation as the class grader receives it from its worker: JSON."""
+    return json.loads(json.dumps(get_exercise(exercise).observe_as_reference(reference_function(exercise), salt=salt)))
 
 
-def grade_source(exercise: str, source: str):
-    """Check results for a student cell's source (after the notebook's setup cells), in this process."""
+def grade_source(exercise: str, source: str, salt: int = 0):
+    """Check results for a student cell's source (after the notebook's setup cells), in this process.
+
+    ``salt`` 0 observes the public scenarios (the notebook's self-check), any other salt held-out ones (the
+    class grader's). Both observations pass through JSON, as they do in class grading.
+    """
     spec = load_course().spec_for_exercise(exercise)
     fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", source)], exercise)
     ex = get_exercise(exercise)
-    reference = reference_observation(exercise)  # before the variant runs: it may change global state
-    return ex.grade(ex.observe(fn), reference)
+    reference = reference_observation(exercise, salt)  # before the variant runs: it may change global state
+    return ex.grade(json.loads(json.dumps(ex.observe(fn, salt=salt))), reference)
 
 
 def variant_modules() -> dict[str, object]:
     """tests/variants/<exercise>.py for every exercise that has one."""
     import variants
 
-    return {m.name: importlib.import_module(f"variants.{m.name}") for m in pkgutil.iter_modules(variants.__path__)}
+    return {m.name: importlib.import_module(f"variants.{m.name}") for m in pkgutil.iter_modules(variants.__path__)
+            if not m.name.startswith("_")}  # _template.py is not a suite
 
 
 @pytest.fixture(scope="session")

@@ -1,32 +1,52 @@
-"""Every grader check fails on a plausible wrong answer, and valid styles score full marks.
+"""Every grader check fails on a plausible wrong answer, and valid styles score full marks, on the public
+scenarios (salt 0: the notebook's self-check) and on held-out ones (the class grader's salts).
 
-The variants live in tests/variants/<exercise>.py; each wrong one names the checks it must fail.
+The variants live in tests/variants/<exercise>.py; each wrong one names the checks it must fail, or says
+``EVERY_CHECK`` when it must score 0 in total (a constant, a function that does nothing).
 """
+import importlib
+
 import pytest
 from conftest import grade_source, variant_modules
+from variants import EVERY_CHECK
 
-CASES = [(ex, kind, name) for ex, module in variant_modules().items()
-         for kind in ("CORRECT", "WRONG") for name in getattr(module, kind)]
+HELD_OUT_SALTS = (1, 2)  # any non-zero salt works; these two are checked on every variant
+SALTS = (0, *HELD_OUT_SALTS)
+CASES = [(ex, kind, name, salt) for ex, module in variant_modules().items()
+         for kind in ("CORRECT", "WRONG") for name in getattr(module, kind) for salt in SALTS]
 
 
-@pytest.mark.parametrize("exercise,kind,name", CASES, ids=[f"{e}-{k.lower()}-{n}" for e, k, n in CASES])
-def test_variant(exercise, kind, name):
+@pytest.mark.parametrize("exercise,kind,name,salt", CASES,
+                         ids=[f"{e}-{k.lower()}-{n}-salt{s}" for e, k, n, s in CASES])
+def test_variant(exercise, kind, name, salt):
     entry = getattr(variant_modules()[exercise], kind)[name]
     if kind == "CORRECT":
-        results = grade_source(exercise, entry)
+        results = grade_source(exercise, entry, salt)
         failed = [f"{r.title}: {r.feedback}" for r in results if not r.passed]
         assert not failed, f"a correct variant lost marks: {failed}"
-    else:
-        source, must_fail = entry
-        results = grade_source(exercise, source)
-        assert sum(r.score for r in results) < sum(r.points for r in results), "a wrong variant scored full marks"
-        for phrase in must_fail:
-            matching = [r for r in results if phrase in r.title]
-            assert matching, f"no check title contains {phrase!r}"
-            assert any(not r.passed for r in matching), f"the check about {phrase!r} did not catch this mistake"
-        for r in results:
-            if not r.passed:
-                assert r.feedback.endswith((".", ")", "!")) and len(r.feedback) < 400, "feedback must be one plain sentence"
+        return
+    source, must_fail = entry
+    results = grade_source(exercise, source, salt)
+    assert sum(r.score for r in results) < sum(r.points for r in results), "a wrong variant scored full marks"
+    if must_fail == EVERY_CHECK:
+        assert [r.title for r in results if r.score] == [], "this submission must earn nothing"
+    for phrase in [] if must_fail == EVERY_CHECK else must_fail:
+        matching = [r for r in results if phrase in r.title]
+        assert matching, f"no check title contains {phrase!r}"
+        assert any(not r.passed for r in matching), f"the check about {phrase!r} did not catch this mistake"
+    for r in results:
+        if not r.passed:
+            assert r.feedback.endswith((".", ")", "!")) and len(r.feedback) < 400, "feedback must be one plain sentence"
+
+
+@pytest.mark.parametrize("exercise", sorted(variant_modules()))
+def test_salts_give_their_own_scenarios(exercise):
+    """Salt 0 is the public scenarios; each other salt gives other ones, the same on every call."""
+    cases = importlib.import_module(f"autograder.exercises.{exercise}").cases
+    assert cases(0) == cases(0) and cases(1) == cases(1)
+    seen = [cases(salt) for salt in (0, *HELD_OUT_SALTS, 12345)]
+    assert all(a != b for i, a in enumerate(seen) for b in seen[i + 1:])
+    assert all(case["what"] for found in seen for case in found.values())
 
 
 def test_every_exercise_has_variants(course):

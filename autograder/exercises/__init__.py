@@ -1,6 +1,7 @@
 """Registry of graded exercises: one module per exercise, each defining ``EXERCISE``.
 
-Adding an exercise = adding a module here; nothing else to register.
+Adding an exercise = adding a module here; nothing else to register. Modules whose name starts with ``_``
+(``_template.py``) are not exercises and are skipped.
 """
 import importlib
 import pkgutil
@@ -13,6 +14,8 @@ from ..exercise import Exercise
 def all_exercises() -> dict[str, Exercise]:
     found = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         exercise = getattr(module, "EXERCISE", None)
         if isinstance(exercise, Exercise):

@@ -8,39 +8,42 @@ list of ``num_stages`` slots holding ``None`` (the stage idles) or ``("F", j)`` 
 parse those lists themselves and test properties (completeness, dependencies, GPipe order,
 length, bubble) as well as equality with the reference table.
 """
-from ..exercise import Check, Exercise, ScenarioError, run_scenario, scenario
+from ..exercise import Check, Exercise, ScenarioError, case, held_out_rng, observation, plain, scenario
 
-# (num_stages, num_microbatches): the first is the lesson's example; the rest are hidden.
+# (num_stages, num_microbatches) of the public scenarios: the first is the lesson's example.
 MAIN_CASES = [(2, 4), (4, 8), (3, 5), (5, 3), (4, 4), (6, 9), (3, 2)]
 EDGE_CASES = [(1, 1), (1, 4), (3, 1), (2, 1)]  # one stage (no pipeline), one micro-batch (no overlap)
-MAX_STEPS, MAX_ITEMS = 400, 64  # anything larger cannot be a schedule for these cases
+STAGES, MICROBATCHES = range(2, 7), range(2, 10)  # where held-out main cases are drawn from
+MAX_STEPS = 400  # anything longer cannot be a schedule for these cases
+
+
+def held_out_cases(salt: int) -> tuple[list, list]:
+    """Main and edge cases for a non-zero salt: as many as the public ones, none of the public main cases."""
+    rng = held_out_rng(salt, "gpipe_schedule")
+    unseen = [(p, m) for p in STAGES for m in MICROBATCHES if (p, m) not in MAIN_CASES]
+    main = rng.sample(unseen, len(MAIN_CASES))
+    edges = [(1, 1), (1, rng.choice([m for m in MICROBATCHES if m != 4]))] + [
+        (p, 1) for p in rng.sample([p for p in STAGES if p not in (2, 3)], 2)]
+    return main, edges
+
+
+def cases(salt: int) -> dict[str, dict]:
+    main, edges = (MAIN_CASES, EDGE_CASES) if salt == 0 else held_out_cases(salt)
+    return {f"{p}x{m}": {"what": f"called with {_what(p, m)}", "num_stages": p, "num_microbatches": m, "edge": edge}
+            for edge, pairs in ((False, main), (True, edges)) for p, m in pairs}
 
 
 # ---- observing: the returned value as plain data -------------------------------------------
 
-def _plain(value, depth=0):
-    """Lists for any sequence, ints/strings/None kept, anything else as a short description."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        return value[:40]
-    if isinstance(value, int) or type(value).__name__ in ("int64", "int32", "int16", "int8"):
-        return int(value)
-    if isinstance(value, (list, tuple)) and depth < 3:
-        return [_plain(v, depth + 1) for v in list(value)[:MAX_STEPS if depth == 0 else MAX_ITEMS]]
-    return f"<{type(value).__name__}>"
-
-
-def _call(fn, p, m):
-    table = fn(p, m)
+def _call(fn, case):
+    table = fn(case["num_stages"], case["num_microbatches"])
     if not isinstance(table, (list, tuple)):
         return {"type": type(table).__name__}
-    return {"type": "list", "length": len(table), "table": _plain(table)}
+    return {"type": "list", "length": len(table), "table": plain(table, sizes=(MAX_STEPS, 64, 64))}
 
 
-def observe(fn) -> dict:
-    return {"scenarios": {f"{p}x{m}": run_scenario(lambda p=p, m=m: _call(fn, p, m))
-                          for p, m in MAIN_CASES + EDGE_CASES}}
+def observe(fn, *, salt: int = 0) -> dict:
+    return observation(salt, cases(salt), lambda case: _call(fn, case))
 
 
 def _relabel_backward(table, m):
@@ -49,18 +52,29 @@ def _relabel_backward(table, m):
             for step in table]
 
 
-def observe_reference(fn) -> dict:
-    observation = observe(fn)
-    observation["accepted"] = {
-        key: [data["table"], _relabel_backward(data["table"], int(key.split("x")[1]))]
-        for key, data in observation["scenarios"].items()}
-    return observation
+def observe_reference(fn, *, salt: int = 0) -> dict:
+    result = observe(fn, salt=salt)
+    result["accepted"] = {key: [data["table"], _relabel_backward(data["table"], data["case"]["num_microbatches"])]
+                          for key, data in result["scenarios"].items()}
+    return result
 
 
 # ---- reading a table (never trusting its shape) ---------------------------------------------
 
 def _what(p, m):
     return f"num_stages={p}, num_microbatches={m}"
+
+
+def main_cases(reference) -> list[tuple[int, int]]:
+    return [(c["num_stages"], c["num_microbatches"]) for c in _cases(reference) if not c["edge"]]
+
+
+def edge_cases(reference) -> list[tuple[int, int]]:
+    return [(c["num_stages"], c["num_microbatches"]) for c in _cases(reference) if c["edge"]]
+
+
+def _cases(reference):
+    return [case(reference, key) for key in reference["scenarios"]]
 
 
 def read_table(student, p, m):
@@ -106,13 +120,13 @@ def when_ops_run(table, p, m):
 # ---- the checks ----------------------------------------------------------------------------
 
 def check_format(student, reference):
-    for p, m in MAIN_CASES + EDGE_CASES:
+    for p, m in main_cases(reference) + edge_cases(reference):
         read_table(student, p, m)
     return None
 
 
 def check_every_op_once(student, reference):
-    for p, m in MAIN_CASES:
+    for p, m in main_cases(reference):
         times = when_ops_run(read_table(student, p, m), p, m)
         for (kind, s, j), ts in times.items():
             if len(ts) != 1:
@@ -123,7 +137,7 @@ def check_every_op_once(student, reference):
 
 
 def check_dependencies(student, reference):
-    for p, m in MAIN_CASES:
+    for p, m in main_cases(reference):
         times = when_ops_run(read_table(student, p, m), p, m)
         first = {op: min(ts) for op, ts in times.items() if ts}
         for (kind, s, j), t in sorted(first.items(), key=lambda item: item[1]):
@@ -143,7 +157,7 @@ def check_dependencies(student, reference):
 
 
 def check_gpipe_order(student, reference):
-    for p, m in MAIN_CASES:
+    for p, m in main_cases(reference):
         table = read_table(student, p, m)
         for s in range(p):
             kinds = [step[s][0] for step in table if step[s] is not None]
@@ -155,7 +169,7 @@ def check_gpipe_order(student, reference):
 
 
 def check_minimal_length(student, reference):
-    for p, m in MAIN_CASES:
+    for p, m in main_cases(reference):
         table = read_table(student, p, m)
         want = 2 * (m + p - 1)
         if len(table) != want:
@@ -165,7 +179,7 @@ def check_minimal_length(student, reference):
 
 
 def check_bubble(student, reference):
-    for p, m in MAIN_CASES:
+    for p, m in main_cases(reference):
         table = read_table(student, p, m)
         idle = sum(slot is None for step in table for slot in step)
         busy = sum(slot is not None for step in table for slot in step)
@@ -192,11 +206,11 @@ def _matches(student, reference, cases):
 
 
 def check_reference(student, reference):
-    return _matches(student, reference, MAIN_CASES)
+    return _matches(student, reference, main_cases(reference))
 
 
 def check_edges(student, reference):
-    return _matches(student, reference, EDGE_CASES)
+    return _matches(student, reference, edge_cases(reference))
 
 
 EXERCISE = Exercise(

@@ -15,7 +15,19 @@ the one place its scale can be seen.
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..exercise import Check, Exercise, close, parallel, params_data, run_scenario, scenario
+from ..exercise import (
+    Check,
+    Exercise,
+    case,
+    close,
+    observation,
+    parallel,
+    params_data,
+    salted_seed,
+    scenario,
+    scenario_keys,
+    what,
+)
 
 IN, HIDDEN, OUT, BATCH, N_BATCHES = 8, 16, 4, 4, 6
 OVERFLOW_BATCH = 2   # this batch's inputs are 100x larger: its scaled fp16 gradients overflow
@@ -28,15 +40,16 @@ ATOL = 2e-5
 
 # ---- the problems -------------------------------------------------------------------------
 
-def make_problem(*, seed: int, device: str, dropout: bool = False, outlier_batch: int | None = None):
+def make_problem(*, seed: int, device: str, n_batches: int = N_BATCHES, dropout: bool = False,
+                 outlier_batch: int | None = None):
     torch.manual_seed(seed)
     layers = [torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU()]
     if dropout:
         layers.append(torch.nn.Dropout(0.3))
     layers.append(torch.nn.Linear(HIDDEN, OUT))
     model = torch.nn.Sequential(*layers).to(device)
-    x = torch.randn(N_BATCHES * BATCH, IN)
-    y = torch.randint(0, OUT, (N_BATCHES * BATCH,))
+    x = torch.randn(n_batches * BATCH, IN)
+    y = torch.randint(0, OUT, (n_batches * BATCH,))
     if outlier_batch is not None:
         x[outlier_batch * BATCH:(outlier_batch + 1) * BATCH] *= OUTLIER
     # The data stays on the CPU, as a DataLoader delivers it: the function moves it to the model's device.
@@ -91,9 +104,9 @@ class WatchedCriterion:
         self.stale.append(any(p.grad is not None and bool(p.grad.count_nonzero()) for p in self.model.parameters()))
 
 
-def run_problem(fn, *, seed: int, device: str = "cpu", dtype=None, dropout=False, eval_first=False,
-                outlier_batch=None) -> dict:
-    model, loader, optimizer = make_problem(seed=seed, device=device, dropout=dropout, outlier_batch=outlier_batch)
+def run_problem(fn, case: dict) -> dict:
+    model, loader, optimizer = make_problem(seed=case["seed"], device=case["device"], n_batches=case["n_batches"],
+                                            dropout=case["dropout"], outlier_batch=case["outlier_batch"])
     steps = []  # a pre-hook sees only real steps: GradScaler.step skips optimizer.step on inf/NaN
     optimizer.register_step_pre_hook(lambda opt, args, kwargs: steps.append(1))
     initial, after_first_step = params_data(model), []
@@ -106,9 +119,10 @@ def run_problem(fn, *, seed: int, device: str = "cpu", dtype=None, dropout=False
         if isinstance(layer, torch.nn.Dropout):
             layer.register_forward_hook(lambda mod, inputs, output: dropout_modes.append(mod.training))
     criterion = WatchedCriterion(model)
-    if eval_first:
+    if case["eval_first"]:
         model.eval()
-    torch.manual_seed(seed + 1000)  # dropout masks: the same stream for every implementation
+    torch.manual_seed(case["seed"] + 1000)  # dropout masks: the same stream for every implementation
+    dtype = case["dtype"] and getattr(torch, case["dtype"])
     args = (model, loader, optimizer, criterion) + (() if dtype is None else (dtype,))
     with WatchedScalers() as scalers:
         returned = fn(*args)
@@ -127,11 +141,12 @@ def run_problem(fn, *, seed: int, device: str = "cpu", dtype=None, dropout=False
     }
 
 
-SCENARIOS = {  # name: options; dtype None calls with the default
-    "fp16_default": {},
-    "bf16": {"dtype": torch.bfloat16},
-    "fp16_overflow": {"dtype": torch.float16, "outlier_batch": OVERFLOW_BATCH},
-    "eval_dropout": {"dtype": torch.bfloat16, "dropout": True, "eval_first": True},
+SCENARIOS = {  # name: (what it is, options); dtype None calls with the default
+    "fp16_default": ("called with the default dtype", {}),
+    "bf16": ("called with dtype=torch.bfloat16", {"dtype": "bfloat16"}),
+    "fp16_overflow": ("one fp16 batch overflows", {"dtype": "float16", "outlier_batch": OVERFLOW_BATCH}),
+    "eval_dropout": ("the model (with dropout) arrived in eval mode",
+                     {"dtype": "bfloat16", "dropout": True, "eval_first": True}),
 }
 ON_CUDA = ("fp16_default", "bf16", "fp16_overflow")  # also observed on a GPU when the grader has one
 
@@ -140,42 +155,44 @@ def devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
-def scenario_key(name: str, device: str) -> str:
-    return name if device == "cpu" else f"{name}@{device}"
-
-
-def observe(fn) -> dict:
-    scenarios = {}
+def cases(salt: int) -> dict[str, dict]:
+    """Every scenario's inputs, on the CPU and (some) on a GPU if there is one (key ``name@cuda``); the seeds
+    are public for salt 0 and held out for any other salt."""
+    found = {}
     for device in devices():
-        for i, (name, opts) in enumerate(SCENARIOS.items()):
-            if device != "cpu" and (name not in ON_CUDA or (opts.get("dtype") is torch.bfloat16
+        for i, (name, (words, options)) in enumerate(SCENARIOS.items()):
+            if device != "cpu" and (name not in ON_CUDA or (options.get("dtype") == "bfloat16"
                                                             and not torch.cuda.is_bf16_supported())):
                 continue
-            scenarios[scenario_key(name, device)] = run_scenario(
-                lambda opts=opts, seed=i, device=device: run_problem(fn, seed=seed, device=device, **opts))
-    return {"scenarios": scenarios}
+            found[name if device == "cpu" else f"{name}@{device}"] = {
+                "what": words + ("" if device == "cpu" else f" on {device}"), "device": device,
+                "seed": salted_seed(i, salt), "n_batches": N_BATCHES, "dtype": None, "outlier_batch": None,
+                "dropout": False, "eval_first": False, **options}
+    return found
+
+
+def observe(fn, *, salt: int = 0) -> dict:
+    return observation(salt, cases(salt), lambda case: run_problem(fn, case))
 
 
 # ---- the checks ----------------------------------------------------------------------------
 
-WHAT = {
-    "fp16_default": "called with the default dtype",
-    "bf16": "called with dtype=torch.bfloat16",
-    "fp16_overflow": "one fp16 batch overflows",
-    "eval_dropout": "the model (with dropout) arrived in eval mode",
-}
+def first_update_is_genuine(got: dict, want: dict) -> str | None:
+    """The evidence: the first optimizer update points the reference's way, which only training on the
+    scenario's seeded data gives, so a dtype, flag or count of the same scenario is then believed."""
+    if parallel(got["first_update"], want["first_update"], min_cos=0.99):
+        return None
+    return (f"when {want['case']['what']}, your first optimizer step does not move the parameters the way the "
+            "reference's does.")
 
 
-def _cases(reference, names):
-    """(key, description) for the named scenarios the reference has: the CPU ones, and the GPU ones if any."""
-    for key in reference["scenarios"]:
-        name, _, device = key.partition("@")
-        if name in names:
-            yield key, WHAT[name] + (f" on {device}" if device else "")
+def _keys(reference, *names):
+    """(key, description) of the named scenarios the reference has: the CPU ones, and the GPU ones if any."""
+    return [(key, what(reference, key)) for key in scenario_keys(reference, names)]
 
 
 def check_returns_model(student, reference):
-    got = scenario(student, "fp16_default", WHAT["fp16_default"])
+    got = scenario(student, "fp16_default", what(reference, "fp16_default"))
     if not got["returned_model"]:
         if got["returned_type"] == reference["scenarios"]["fp16_default"]["returned_type"]:
             return "Your function returned a different model object (a copy?): return the model it was given."
@@ -184,7 +201,7 @@ def check_returns_model(student, reference):
 
 
 def check_train_mode(student, reference):
-    got = scenario(student, "eval_dropout", WHAT["eval_dropout"])
+    got = scenario(student, "eval_dropout", what(reference, "eval_dropout"))
     if not got["dropout_active"] or not got["training"]:
         return ("A model that arrived in eval mode was trained with its dropout switched off: "
                 "call model.train() before the loop.")
@@ -192,130 +209,116 @@ def check_train_mode(student, reference):
 
 
 def check_autocast(student, reference):
-    for key, what in _cases(reference, ("fp16_default",)):
-        got, want = scenario(student, key, what), reference["scenarios"][key]
+    for key, what_ in _keys(reference, "fp16_default"):
+        got, want = scenario(student, key, what_), reference["scenarios"][key]
         if got["param_dtypes"] != want["param_dtypes"]:
             return (f"After training, the parameters are {', '.join(got['param_dtypes'])}: keep the fp32 master "
                     "weights (no model.half()) and let torch.autocast cast copies for each operation.")
         if got["activation_dtypes"] != want["activation_dtypes"]:
-            return (f"When {what}, the Linear layers produced {', '.join(got['activation_dtypes'])} instead of "
+            return (f"When {what_}, the Linear layers produced {', '.join(got['activation_dtypes'])} instead of "
                     f"{', '.join(want['activation_dtypes'])}: run the forward pass inside "
                     "`torch.autocast(device_type, dtype=dtype)` with the device type of the model's parameters.")
     return None
 
 
 def check_honours_dtype(student, reference):
-    for key, what in _cases(reference, ("bf16",)):
-        got, want = scenario(student, key, what), reference["scenarios"][key]
+    for key, what_ in _keys(reference, "bf16"):
+        got, want = scenario(student, key, what_), reference["scenarios"][key]
         if got["activation_dtypes"] != want["activation_dtypes"]:
-            return (f"When {what}, the Linear layers produced {', '.join(got['activation_dtypes'])} instead of "
+            return (f"When {what_}, the Linear layers produced {', '.join(got['activation_dtypes'])} instead of "
                     f"{', '.join(want['activation_dtypes'])}: pass the dtype argument on to torch.autocast.")
     return None
 
 
-def _params_problem(student, reference, names, advice):
-    for key, what in _cases(reference, names):
-        got, want = scenario(student, key, what), reference["scenarios"][key]
+def _params_problem(student, reference, name, advice):
+    for key, what_ in _keys(reference, name):
+        got, want = scenario(student, key, what_), reference["scenarios"][key]
         if not close(got["params"], want["params"], atol=ATOL):
-            return f"When {what}, the parameters after one epoch differ from the reference solution's: {advice}"
+            return f"When {what_}, the parameters after one epoch differ from the reference solution's: {advice}"
     return None
 
 
 def check_fp16_params(student, reference):
-    return _params_problem(student, reference, ("fp16_default",),
+    return _params_problem(student, reference, "fp16_default",
                            "per batch, zero the gradients, scaler.scale(loss).backward(), scaler.step(optimizer), "
                            "scaler.update().")
 
 
 def check_bf16_params(student, reference):
-    return _params_problem(student, reference, ("bf16",),
+    return _params_problem(student, reference, "bf16",
                            "per batch, zero the gradients, run the forward pass under autocast, backward, "
                            "and step the optimizer once.")
 
 
 def check_overflow(student, reference):
-    for key, what in _cases(reference, ("fp16_overflow",)):
-        got, want = scenario(student, key, what), reference["scenarios"][key]
+    for key, what_ in _keys(reference, "fp16_overflow"):
+        got, want = scenario(student, key, what_), reference["scenarios"][key]
+        n, outlier = want["case"]["n_batches"], want["case"]["outlier_batch"]
         if got["steps"] > want["steps"]:
-            return (f"When {what}, the optimizer stepped {got['steps']} times for {N_BATCHES} batches instead of "
+            return (f"When {what_}, the optimizer stepped {got['steps']} times for {n} batches instead of "
                     f"{want['steps']}: the overflowing batch must be skipped, so use a GradScaler for the model's "
                     "device and let scaler.step(optimizer) decide whether to step.")
         if got["steps"] < want["steps"]:
-            return (f"When {what}, the optimizer stepped only {got['steps']} times for {N_BATCHES} batches instead "
+            return (f"When {what_}, the optimizer stepped only {got['steps']} times for {n} batches instead "
                     f"of {want['steps']}: the skipped batch's infinite gradients lingered, so zero the gradients "
                     "every batch.")
         scales = [u["scale"] for u in got["updates"]]
-        if len(scales) != N_BATCHES or not scales[OVERFLOW_BATCH] < scales[OVERFLOW_BATCH - 1]:
-            return (f"When {what}, the GradScaler's scale after each update was {scales}; it must drop right after "
+        if len(scales) != n or not scales[outlier] < scales[outlier - 1]:
+            return (f"When {what_}, the GradScaler's scale after each update was {scales}; it must drop right after "
                     "the overflowing batch: call scaler.update() after every scaler.step(optimizer).")
         if not close(got["params"], want["params"], atol=ATOL):
-            return (f"When {what}, the overflowing step was skipped but the final parameters differ from the "
+            return (f"When {what_}, the overflowing step was skipped but the final parameters differ from the "
                     "reference solution's: zero the gradients, scale the loss, step and update once per batch.")
     return None
 
 
 def check_one_scaler(student, reference):
-    for key, what in _cases(reference, ("fp16_default", "fp16_overflow")):
-        updates = scenario(student, key, what)["updates"]
+    for key, what_ in _keys(reference, "fp16_default", "fp16_overflow"):
+        updates, n = scenario(student, key, what_)["updates"], case(reference, key)["n_batches"]
         if not updates:
-            return (f"When {what}, no torch.amp.GradScaler was updated: create one scaler before the loop and "
+            return (f"When {what_}, no torch.amp.GradScaler was updated: create one scaler before the loop and "
                     "call scaler.update() after each scaler.step(optimizer).")
         if not all(u["enabled"] for u in updates):
-            return (f"When {what}, your GradScaler was disabled: torch.amp.GradScaler() defaults to device 'cuda', "
+            return (f"When {what_}, your GradScaler was disabled: torch.amp.GradScaler() defaults to device 'cuda', "
                     "so pass the model's device type, torch.amp.GradScaler(device.type).")
         if len({u["scaler"] for u in updates}) > 1:
-            return (f"When {what}, your function made {len({u['scaler'] for u in updates})} GradScalers: create "
+            return (f"When {what_}, your function made {len({u['scaler'] for u in updates})} GradScalers: create "
                     "one before the loop, so the scale it learns carries from batch to batch.")
-        if len(updates) != N_BATCHES:
-            return (f"When {what}, the GradScaler was updated {len(updates)} times for {N_BATCHES} batches: call "
+        if len(updates) != n:
+            return (f"When {what_}, the GradScaler was updated {len(updates)} times for {n} batches: call "
                     "scaler.update() once per batch, right after scaler.step(optimizer).")
     return None
 
 
 def check_zero_grad(student, reference):
-    for key, what in _cases(reference, ("bf16", "fp16_default")):
-        stale = scenario(student, key, what)["stale_grads_at_backward"]
-        if len(stale) != N_BATCHES:
-            return (f"When {what}, backward() ran {len(stale)} times for {N_BATCHES} batches: compute the loss "
+    for key, what_ in _keys(reference, "bf16", "fp16_default"):
+        stale, n = scenario(student, key, what_)["stale_grads_at_backward"], case(reference, key)["n_batches"]
+        if len(stale) != n:
+            return (f"When {what_}, backward() ran {len(stale)} times for {n} batches: compute the loss "
                     "with the criterion and call backward once per batch.")
         if any(stale):
-            return (f"When {what}, the previous batch's gradients were still in .grad when backward() started "
+            return (f"When {what_}, the previous batch's gradients were still in .grad when backward() started "
                     f"on batch {stale.index(True) + 1}: call optimizer.zero_grad() every batch.")
     return None
-
-
-def needs_evidence(test, names):
-    """Award a check that reads only dtypes, flags or counts (which an impostor observation could simply claim)
-    only when the same scenarios also carry data evidence: the first optimizer update points the reference's way."""
-    def checked(student, reference):
-        problem = test(student, reference)
-        if problem:
-            return problem
-        for key, what in _cases(reference, names):
-            got, want = scenario(student, key, what), reference["scenarios"][key]
-            if not parallel(got["first_update"], want["first_update"], min_cos=0.99):
-                return (f"This could not be confirmed: when {what}, your first optimizer step does not move the "
-                        "parameters the way the reference's does.")
-        return None
-    return checked
 
 
 EXERCISE = Exercise(
     name="train_amp",
     notebook="02_mixed_precision.ipynb",
     observe=observe,
+    evidence=first_update_is_genuine,
     checks=[
-        Check("Returns the model", 1, needs_evidence(check_returns_model, ("fp16_default",))),
-        Check("Puts the model in training mode", 1, needs_evidence(check_train_mode, ("eval_dropout",))),
+        Check("Returns the model", 1, check_returns_model, evidence=("fp16_default",)),
+        Check("Puts the model in training mode", 1, check_train_mode, evidence=("eval_dropout",)),
         Check("Runs the forward pass under autocast, keeping fp32 master weights (fp16 by default)", 2,
-              needs_evidence(check_autocast, ("fp16_default",))),
-        Check("Honours the dtype argument (bfloat16 activations when asked)", 1,
-              needs_evidence(check_honours_dtype, ("bf16",))),
+              check_autocast, evidence=("fp16_default",)),
+        Check("Honours the dtype argument (bfloat16 activations when asked)", 1, check_honours_dtype,
+              evidence=("bf16",)),
         Check("Final parameters match the reference in float16 with a GradScaler", 2, check_fp16_params),
         Check("Final parameters match the reference in bfloat16", 1, check_bf16_params),
         Check("Skips an fp16 step whose gradients overflow, and lowers the scale", 2, check_overflow),
-        Check("Keeps one GradScaler and updates it after every step", 1,
-              needs_evidence(check_one_scaler, ("fp16_default", "fp16_overflow"))),
-        Check("Clears the gradients every batch", 1, needs_evidence(check_zero_grad, ("bf16", "fp16_default"))),
+        Check("Keeps one GradScaler and updates it after every step", 1, check_one_scaler,
+              evidence=("fp16_default", "fp16_overflow")),
+        Check("Clears the gradients every batch", 1, check_zero_grad, evidence=("bf16", "fp16_default")),
     ],
 )

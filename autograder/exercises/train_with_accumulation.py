@@ -9,7 +9,20 @@ import weakref
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..exercise import Check, Exercise, close, parallel, params_data, run_scenario, scenario, tensor_data
+from ..exercise import (
+    Check,
+    Exercise,
+    case,
+    close,
+    observation,
+    off_by,
+    parallel,
+    params_data,
+    salted_seed,
+    scenario,
+    tensor_data,
+    what,
+)
 
 IN, HIDDEN, OUT, BATCH = 8, 16, 4, 4
 ATOL = 1e-5  # float32 round-off between valid styles (e.g. dividing the loss or the gradient)
@@ -63,19 +76,19 @@ class ObservedCriterion:
         return _TrackGraph.apply(self.loss_fn(outputs, targets), sentinel)
 
 
-def run_problem(fn, n_batches: int, k: int | None, *, seed: int, dropout=False, momentum=0.0,
-                eval_first=False, stale_grads=False) -> dict:
-    model, loader, optimizer = make_problem(n_batches, seed=seed, dropout=dropout, momentum=momentum)
+def run_problem(fn, case: dict) -> dict:
+    model, loader, optimizer = make_problem(case["n_batches"], seed=case["seed"], dropout=case["dropout"],
+                                            momentum=case["momentum"])
     criterion = ObservedCriterion()
     step_grads = []
     optimizer.register_step_pre_hook(lambda opt, args, kwargs: step_grads.append(
         [v for p in model.parameters() for v in (tensor_data(p.grad) if p.grad is not None else [0.0] * p.numel())]))
-    if eval_first:
+    if case["eval_first"]:
         model.eval()
-    if stale_grads:  # gradients left over from earlier work, as after an evaluation pass
+    if case["stale_grads"]:  # gradients left over from earlier work, as after an evaluation pass
         model(torch.randn(3, IN)).pow(2).sum().backward()
-    torch.manual_seed(seed + 1000)  # dropout masks: the same stream for every implementation
-    args = (model, loader, optimizer, criterion) + (() if k is None else (k,))
+    torch.manual_seed(case["seed"] + 1000)  # dropout masks: the same stream for every implementation
+    args = (model, loader, optimizer, criterion) + (() if case["k"] is None else (case["k"],))
     returned = fn(*args)
     return {
         "returned_type": type(returned).__name__,
@@ -91,23 +104,28 @@ def run_problem(fn, n_batches: int, k: int | None, *, seed: int, dropout=False, 
     }
 
 
-SCENARIOS = {  # name: (n_batches, k, options); k=None calls with the default
-    "default": (8, None, {}),
-    "k1": (6, 1, {}),
-    "k2": (8, 2, {}),
-    "k3": (9, 3, {}),
-    "momentum": (8, 4, {"momentum": 0.9}),
-    "partial": (10, 4, {}),
-    "eval_dropout": (8, 2, {"dropout": True, "eval_first": True}),
-    "stale": (8, 4, {"stale_grads": True}),
+DEFAULT_K = 4  # the function's default accumulation_steps
+SCENARIOS = {  # name: (n_batches, k, what it is, options); k=None calls with the default
+    "default": (8, None, "called with the default accumulation_steps", {}),
+    "k1": (6, 1, "called with accumulation_steps=1", {}),
+    "k2": (8, 2, "called with accumulation_steps=2", {}),
+    "k3": (9, 3, "called with accumulation_steps=3", {}),
+    "momentum": (8, 4, "training with SGD with momentum", {"momentum": 0.9}),
+    "partial": (10, 4, "the number of batches is not a multiple of accumulation_steps", {}),
+    "eval_dropout": (8, 2, "the model (with dropout) arrived in eval mode", {"dropout": True, "eval_first": True}),
+    "stale": (8, 4, "the model arrived with gradients left over from earlier", {"stale_grads": True}),
 }
 
 
-def observe(fn) -> dict:
-    return {"scenarios": {
-        name: run_scenario(lambda n=n, k=k, opts=opts, seed=i: run_problem(fn, n, k, seed=seed, **opts))
-        for i, (name, (n, k, opts)) in enumerate(SCENARIOS.items())
-    }}
+def cases(salt: int) -> dict[str, dict]:
+    """Every scenario's inputs; the seeds are public for salt 0 and held out for any other salt."""
+    return {name: {"what": what, "n_batches": n, "k": k, "seed": salted_seed(i, salt), "dropout": False,
+                   "momentum": 0.0, "eval_first": False, "stale_grads": False, **options}
+            for i, (name, (n, k, what, options)) in enumerate(SCENARIOS.items())}
+
+
+def observe(fn, *, salt: int = 0) -> dict:
+    return observation(salt, cases(salt), lambda case: run_problem(fn, case))
 
 
 # ---- accepted ways to treat the final partial window --------------------------------------
@@ -130,58 +148,61 @@ def _flushing(fn, divide_by_window: bool):
     return flushed
 
 
-def observe_reference(fn) -> dict:
-    observation = observe(fn)
-    n, k, _ = SCENARIOS["partial"]
-    seed = list(SCENARIOS).index("partial")
-    observation["partial_accepted"] = [observation["scenarios"]["partial"]["params"]] + [
-        run_problem(_flushing(fn, by_window), n, k, seed=seed)["params"] for by_window in (False, True)]
-    return observation
+def observe_reference(fn, *, salt: int = 0) -> dict:
+    result = observe(fn, salt=salt)
+    partial = result["scenarios"]["partial"]
+    result["partial_accepted"] = [partial["params"]] + [
+        run_problem(_flushing(fn, by_window), partial["case"])["params"] for by_window in (False, True)]
+    return result
 
 
 # ---- the checks ----------------------------------------------------------------------------
 
+def first_step_is_genuine(got: dict, want: dict) -> str | None:
+    """The evidence: the first optimizer step's gradient points the reference's way. Only training on the
+    scenario's seeded data gives it, so a count or a flag of the same scenario is then believed."""
+    if got["step_grads"] and parallel(got["step_grads"][0], want["step_grads"][0]):
+        return None
+    k = want["case"]["k"] or DEFAULT_K
+    return (f"with accumulation_steps={k} your first optimizer step does not use the gradient of the first {k} "
+            "batches: call backward() on every micro-batch and step after the k-th.")
+
+
 def check_return(student, reference):
-    got, want = scenario(student, "default", "called with the default accumulation_steps"), reference["scenarios"]["default"]
+    got, want = scenario(student, "default", what(reference, "default")), reference["scenarios"]["default"]
     if got["returned_has_graph"]:
         return ("You return a tensor that is still attached to the autograd graph: accumulate `loss.item()` "
                 "(a Python float), not the loss tensor.")
     if not got["returned_is_float"]:
         return f"Return a Python float (the mean loss per batch); your function returned a {got['returned_type']}."
     if not close([got["returned"]], [want["returned"]], atol=1e-6, rtol=1e-5):
-        return (f"The returned mean loss is {got['returned']:.6f}, expected {want['returned']:.6f}: add "
-                "`loss.item() * accumulation_steps` (the unscaled loss) each batch and divide by len(dataloader).")
+        return (f"The returned mean loss, {got['returned']:.2g}, is {off_by(got['returned'], want['returned'])}: "
+                "add `loss.item() * accumulation_steps` (the unscaled loss) each batch and divide by "
+                "len(dataloader).")
     return None
-
-
-def first_step_is_genuine(got: dict, want: dict) -> bool:
-    """Data evidence that the function really trained: its first step's gradient points the reference's way."""
-    return bool(got["step_grads"]) and parallel(got["step_grads"][0], want["step_grads"][0])
 
 
 def check_step_timing(student, reference):
     for key in ("default", "k1", "k2", "k3"):
-        n, k, _ = SCENARIOS[key]
-        k = k or 4
-        got, want = scenario(student, key, f"called with accumulation_steps={k}"), reference["scenarios"][key]
+        c = case(reference, key)
+        k = c["k"] or DEFAULT_K
+        got, want = scenario(student, key, c["what"]), reference["scenarios"][key]
         if got["steps"] != want["steps"]:
-            hint = " Use the accumulation_steps argument, not a fixed number." if key != "default" else ""
-            return (f"With accumulation_steps={k} and {n} batches the optimizer should step {want['steps']} "
-                    f"times; yours stepped {got['steps']} times.{hint}")
-        if not first_step_is_genuine(got, want):
-            return (f"With accumulation_steps={k} the first optimizer step does not use the gradient of the first "
-                    f"{k} batches: call backward() on every micro-batch and step after the k-th.")
+            hint = " Use the accumulation_steps argument, not a fixed number." if c["k"] else ""
+            return (f"With accumulation_steps={k} and {c['n_batches']} batches the optimizer should step "
+                    f"{want['steps']} times; yours stepped {got['steps']} times.{hint}")
     return None
 
 
 def check_window_gradient(student, reference):
     for key in ("k2", "default"):
-        got, want = scenario(student, key, "accumulating gradients"), reference["scenarios"][key]
+        k = case(reference, key)["k"] or DEFAULT_K
+        got, want = scenario(student, key, what(reference, key)), reference["scenarios"][key]
         if got["steps"] != want["steps"]:
             return "The optimizer does not step once per window, so the applied gradients cannot be compared."
         for i, (g, w) in enumerate(zip(got["step_grads"], want["step_grads"])):
-            if close(g, [2 * v for v in w], atol=ATOL) or close(g, [v * 4 for v in w], atol=ATOL):
-                return (f"At optimizer step {i + 1} the gradient is a multiple of the expected one: divide each "
+            if close(g, [k * v for v in w], atol=ATOL):
+                return (f"At optimizer step {i + 1} the gradient is {k} times the expected one: divide each "
                         "micro-batch's loss by accumulation_steps before backward().")
             if not close(g, w, atol=ATOL):
                 return (f"At optimizer step {i + 1} the gradient differs from the average over the window: "
@@ -191,24 +212,27 @@ def check_window_gradient(student, reference):
 
 
 def check_final_params(student, reference):
-    for key, what in (("k1", "accumulation_steps=1"), ("k2", "accumulation_steps=2"),
-                      ("default", "accumulation_steps=4"), ("momentum", "SGD with momentum")):
-        got = scenario(student, key, f"trained with {what}")
+    for key in ("k1", "k2", "default", "momentum"):
+        c = case(reference, key)
+        got = scenario(student, key, c["what"])
         if not close(got["params"], reference["scenarios"][key]["params"], atol=ATOL):
-            return f"After one epoch with {what} the model's parameters differ from the reference solution's."
+            setting = "SGD with momentum" if c["momentum"] else f"accumulation_steps={c['k'] or DEFAULT_K}"
+            return f"After one epoch with {setting} the model's parameters differ from the reference solution's."
     return None
 
 
 def check_partial_window(student, reference):
-    got = scenario(student, "partial", "the number of batches is not a multiple of accumulation_steps")
+    c = case(reference, "partial")
+    n, k = c["n_batches"], c["k"] or DEFAULT_K
+    got = scenario(student, "partial", c["what"])
     if any(close(got["params"], ok, atol=ATOL) for ok in reference["partial_accepted"]):
         return None
-    return ("With 10 batches and accumulation_steps=4 the parameters match neither choice for the last 2 "
-            "batches: drop them (no step) or flush them with one final optimizer step.")
+    return (f"With {n} batches and accumulation_steps={k} the parameters match neither choice for the last "
+            f"{n % k} batches: drop them (no step) or flush them with one final optimizer step.")
 
 
 def check_train_mode(student, reference):
-    got = scenario(student, "eval_dropout", "the model (with dropout) started in eval mode")
+    got = scenario(student, "eval_dropout", what(reference, "eval_dropout"))
     if not got["training"]:
         return "Your function leaves a model that arrived in eval mode in eval mode: call model.train() first."
     if not close(got["params"], reference["scenarios"]["eval_dropout"]["params"], atol=ATOL):
@@ -217,7 +241,7 @@ def check_train_mode(student, reference):
 
 
 def check_stale_gradients(student, reference):
-    got = scenario(student, "stale", "the model arrived with gradients left over from earlier")
+    got = scenario(student, "stale", what(reference, "stale"))
     if not close(got["params"], reference["scenarios"]["stale"]["params"], atol=ATOL):
         return ("Gradients left in the model from before the call leak into your first step: "
                 "call optimizer.zero_grad() before the first batch.")
@@ -225,12 +249,10 @@ def check_stale_gradients(student, reference):
 
 
 def check_no_graphs_kept(student, reference):
-    got, want = scenario(student, "default", "called with the default accumulation_steps"), reference["scenarios"]["default"]
+    got, want = scenario(student, "default", what(reference, "default")), reference["scenarios"]["default"]
     if got["returned_has_graph"] or got["max_graphs_alive"] > max(1, want["max_graphs_alive"]):
         return (f"Up to {got['max_graphs_alive']} earlier batches' autograd graphs were still alive during the "
                 "epoch: keep only `loss.item()` (a float) across batches, never the loss tensor.")
-    if not first_step_is_genuine(got, want):
-        return "This could not be confirmed: your first optimizer step does not use the first window's gradient."
     return None
 
 
@@ -239,14 +261,16 @@ EXERCISE = Exercise(
     notebook="01_gradient_accumulation.ipynb",
     observe=observe,
     observe_reference=observe_reference,
+    evidence=first_step_is_genuine,
     checks=[
-        Check("Returns the mean unscaled loss per batch as a Python float", 1, check_return),
-        Check("Steps once every accumulation_steps batches (k = 1, 2, 3, 4)", 2, check_step_timing),
+        Check("Returns the mean unscaled loss per batch as a Python float", 1, check_return, evidence=("default",)),
+        Check("Steps once every accumulation_steps batches (k = 1, 2, 3, 4)", 2, check_step_timing,
+              evidence=("default", "k1", "k2", "k3")),
         Check("Each step applies the window's average gradient", 2, check_window_gradient),
         Check("Final parameters match the reference (k = 1, 2, 4; SGD with momentum)", 2, check_final_params),
         Check("Handles a final partial window (dropped or flushed)", 1, check_partial_window),
         Check("Puts the model in training mode", 1, check_train_mode),
         Check("Clears gradients left from before the call", 1, check_stale_gradients),
-        Check("Keeps no autograd graph alive across batches", 1, check_no_graphs_kept),
+        Check("Keeps no autograd graph alive across batches", 1, check_no_graphs_kept, evidence=("default",)),
     ],
 )

@@ -7,80 +7,132 @@ stage 1: 4Ψ + 12Ψ/64 = 31.4 GB). A stage outside 0–3 raises ValueError.
 ``observe`` calls the function on the paper's example and on hidden cases (odd world sizes,
 world size 1, other byte layouts, invalid stages) and keeps only numbers and exception names.
 """
-import numbers
 from itertools import combinations
 
-from ..exercise import NOT_DONE, Check, Exercise, ScenarioError
+from ..exercise import (
+    NOT_DONE,
+    Check,
+    Exercise,
+    ScenarioError,
+    case,
+    describe_exception,
+    held_out_rng,
+    observation,
+    plain,
+    scenario,
+)
 
 PAPER = (7_500_000_000, 64)
 BUFFERS = ("weights", "gradients", "optimizer state")
 DEFAULT = (2, 2, 12)
 SHARDED = {0: (), 1: (2,), 2: (1, 2), 3: (0, 1, 2)}  # which of the three buffers each stage divides by N
+STAGES = range(4)
 
-# name: (num_params, world_size, bytes_per_param or None for the default); every stage 0-3 is called.
+# The public scenarios: role: (num_params, world_size, bytes_per_param or None for the default). Each is called
+# with every stage 0-3. Held-out scenarios keep the roles and draw new numbers (see held_out_cases).
 CASES = {
     "paper": (*PAPER, None),
-    "mixed_even": (10_000_000, 8, None),
-    "odd_7": (1000, 7, None),
-    "odd_3": (1_000_001, 3, None),
-    "odd_5_fp32_grads": (12_345, 5, (2, 4, 12)),
+    "even": (10_000_000, 8, None),
+    "odd_small": (1000, 7, None),
+    "odd_large": (1_000_001, 3, None),
+    "odd_layout": (12_345, 5, (2, 4, 12)),
     "fp32_grads": (24_000_000, 16, (2, 4, 12)),
     "fp32_adam": (3_000_000, 6, (4, 4, 8)),
     "world_1": (123_457, 1, None),
     "huge": (175_000_000_000, 1024, (2, 4, 12)),
 }
-INVALID = {"stage_4": (1000, 4, 4), "stage_minus_1": (1000, 4, -1)}
+INVALID = (1000, 4, (4, -1))  # num_params, world_size, stages outside 0-3
+LAYOUTS = [(2, 4, 12), (4, 4, 8), (4, 4, 4), (2, 2, 8)]  # real ones besides the default: fp32 grads, Adam, SGD
 RTOL = 1e-9  # exact arithmetic up to float round-off
+
+
+def held_out_cases(salt: int) -> tuple[dict, tuple]:
+    """Every role with new numbers for a non-zero salt (odd world sizes stay odd and do not divide num_params)."""
+    rng = held_out_rng(salt, "zero_memory_per_rank")
+
+    def odd(low, high):
+        world = rng.choice([3, 5, 7, 9, 11, 13])
+        return next(n for n in iter(lambda: rng.randrange(low, high), None) if n % world), world
+
+    found = {
+        "paper": (*PAPER, None),  # the paper's example is public by nature: its check's title quotes it
+        "even": (rng.randrange(10**6, 10**8), rng.choice([2, 4, 8, 16, 32, 64]), None),
+        "odd_small": (*odd(100, 10_000), None),
+        "odd_large": (*odd(10**6, 10**7), None),
+        "odd_layout": (*odd(10_000, 100_000), rng.choice(LAYOUTS)),
+        "fp32_grads": (rng.randrange(10**6, 10**8), rng.choice([2, 4, 8, 16, 32]), (2, 4, 12)),
+        "fp32_adam": (rng.randrange(10**6, 10**7), rng.choice([2, 4, 6, 8, 12]), (4, 4, 8)),
+        "world_1": (rng.randrange(10_000, 10**6), 1, None),
+        "huge": (rng.randrange(10, 1000) * 10**9, rng.choice([256, 512, 1024, 2048]), (2, 4, 12)),
+    }
+    return found, (rng.randrange(100, 10_000), rng.choice([2, 4, 8]), (rng.choice([4, 5, 7]), rng.choice([-1, -2])))
+
+
+def cases(salt: int) -> dict[str, dict]:
+    roles, (n, world, stages) = (CASES, INVALID) if salt == 0 else held_out_cases(salt)
+    found = {role: {"what": f"called with {_what(n, world, layout)}", "num_params": n, "world_size": world,
+                    "bytes_per_param": list(layout) if layout else None}
+             for role, (n, world, layout) in roles.items()}
+    found["invalid"] = {"what": f"called with an invalid stage ({_what(n, world)})", "num_params": n,
+                        "world_size": world, "bytes_per_param": None, "stages": list(stages)}
+    return found
+
+
+def _what(n, world, layout=None, stage=None):
+    return (f"num_params={n:,}, world_size={world}" + (f", stage={stage}" if stage is not None else "")
+            + (f", bytes_per_param={tuple(layout)}" if layout else ""))
 
 
 # ---- observing -----------------------------------------------------------------------------
 
-def _describe(exc: BaseException) -> str:
-    return (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)[:300]
-
-
-def _call(fn, args, bytes_per_param):
+def _call(fn, case, stage):
+    args = (case["num_params"], case["world_size"], stage)
+    layout = case["bytes_per_param"]
     try:
-        value = fn(*args) if bytes_per_param is None else fn(*args, bytes_per_param=bytes_per_param)
+        value = fn(*args) if layout is None else fn(*args, bytes_per_param=tuple(layout))
     except Exception as exc:
-        return {"error": _describe(exc), "value_error": isinstance(exc, ValueError),
+        return {"error": describe_exception(exc), "value_error": isinstance(exc, ValueError),
                 "not_done": isinstance(exc, NotImplementedError)}
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        try:
-            return {"value": float(value), "type": type(value).__name__}
-        except (TypeError, ValueError, OverflowError):
-            pass
-    return {"value": None, "type": type(value).__name__, "text": str(value)[:40] if isinstance(value, str) else ""}
+    data = plain(value)
+    if isinstance(data, (int, float)) and not isinstance(data, bool):
+        return {"value": float(data), "type": type(value).__name__}
+    return {"value": None, "type": type(value).__name__, "text": data if isinstance(data, str) else ""}
 
 
-def observe(fn) -> dict:
-    results = {}
-    for name, (n, world, layout) in CASES.items():
-        for stage in range(4):
-            results[f"{name}/{stage}"] = _call(fn, (n, world, stage), layout)
-    for name, args in INVALID.items():
-        results[name] = _call(fn, args, None)
-    return {"results": results}
+def observe(fn, *, salt: int = 0) -> dict:
+    return observation(salt, cases(salt), lambda case: {
+        "calls": [_call(fn, case, stage) for stage in case.get("stages", STAGES)]})
 
 
 # ---- reading the observation -----------------------------------------------------------------
 
-def _what(case, stage):
-    n, world, layout = CASES[case]
-    per = f", bytes_per_param={layout}" if layout else ""
-    return f"num_params={n:,}, world_size={world}, stage={stage}{per}"
+def describe(reference, role, stage):
+    c = case(reference, role)
+    return _what(c["num_params"], c["world_size"], c["bytes_per_param"], stage)
 
 
-def value(student, case, stage):
-    data = student.get("results", {}).get(f"{case}/{stage}")
-    if data is None:
-        raise ScenarioError(f"No result for {_what(case, stage)}: the grader's observation is incomplete.")
+def call(observation, reference, role, stage) -> dict:
+    """What the function did for (role, stage): a dict with "value" or "error"; ScenarioError if missing."""
+    calls = scenario(observation, role, what_for(reference, role))["calls"]
+    index = stage if role != "invalid" else case(reference, role)["stages"].index(stage)
+    if not isinstance(calls, list) or len(calls) <= index or not isinstance(calls[index], dict):
+        raise ScenarioError(f"No result for {describe(reference, role, stage)}: the grader's observation is "
+                            "incomplete.")
+    return calls[index]
+
+
+def what_for(reference, role):
+    return case(reference, role)["what"]
+
+
+def value(observation, reference, role, stage):
+    data = call(observation, reference, role, stage)
     if "error" in data:
         if data.get("not_done"):
             raise ScenarioError(NOT_DONE)
-        raise ScenarioError(f"Your function raised {data['error']} for {_what(case, stage)}.")
+        raise ScenarioError(f"Your function raised {data['error']} for {describe(reference, role, stage)}.")
     if data.get("value") is None:
-        raise ScenarioError(f"For {_what(case, stage)} your function returned a {data.get('type')}"
+        raise ScenarioError(f"For {describe(reference, role, stage)} your function returned a {data.get('type')}"
                             f"{' ' + repr(data['text']) if data.get('text') else ''}, not a number of bytes.")
     return data["value"]
 
@@ -89,18 +141,17 @@ def _close(got, want):
     return abs(got - want) <= RTOL * abs(want) + 1e-6
 
 
-def _bytes(case, subset, layout=None):
-    """Bytes per rank for `case` when the buffers in `subset` are divided by the world size."""
-    n, world, own_layout = CASES[case]
-    b = layout or own_layout or DEFAULT
-    return sum(b[i] * n / (world if i in subset else 1) for i in range(3))
+def _bytes(c, subset, layout=None):
+    """Bytes per rank for the case `c` when the buffers in `subset` are divided by the world size."""
+    b = layout or c["bytes_per_param"] or DEFAULT
+    return sum(b[i] * c["num_params"] / (c["world_size"] if i in subset else 1) for i in range(3))
 
 
-def _which_sharded(got, case):
+def _which_sharded(got, c):
     """The set of buffers the student's value divides by N, if one explains it exactly."""
     for k in range(4):
         for subset in combinations(range(3), k):
-            if _close(got, _bytes(case, subset)):
+            if _close(got, _bytes(c, subset)):
                 return subset
     return None
 
@@ -109,20 +160,21 @@ def _names(indices):
     return " and ".join(BUFFERS[i] for i in indices) if indices else "nothing"
 
 
-def compare(student, reference, cases, stages):
-    """None, or a sentence about the first (case, stage) where the student's bytes differ."""
-    for case in cases:
+def compare(student, reference, roles, stages):
+    """None, or a sentence about the first (role, stage) where the student's bytes differ."""
+    for role in roles:
+        c = case(reference, role)
         for stage in stages:
-            got, want = value(student, case, stage), value(reference, case, stage)
+            got, want = value(student, reference, role, stage), value(reference, reference, role, stage)
             if _close(got, want):
                 continue
-            n, world, layout = CASES[case]
-            message = f"For {_what(case, stage)} you return {got:,.1f} bytes, expected {want:,.1f}"
+            message = f"For {describe(reference, role, stage)} you return {got:,.1f} bytes, expected {want:,.1f}"
+            layout = c["bytes_per_param"]
             if abs(got - want) <= sum(layout or DEFAULT) + 1:
                 return message + ": a rounding difference; keep the exact quotient (use /, not // or rounding)."
-            if layout and _close(got, _bytes(case, SHARDED[stage], DEFAULT)):
+            if layout and _close(got, _bytes(c, SHARDED[stage], DEFAULT)):
                 return message + ": that is what the default (2, 2, 12) gives; use the bytes_per_param argument."
-            subset = _which_sharded(got, case) if world > 1 else None
+            subset = _which_sharded(got, c) if c["world_size"] > 1 else None
             if subset is not None:
                 return (f"{message}: your value divides {_names(subset)} by world_size, but stage {stage} "
                         f"divides {_names(SHARDED[stage])}.")
@@ -132,53 +184,53 @@ def compare(student, reference, cases, stages):
 
 # ---- the checks ----------------------------------------------------------------------------
 
+def roles(reference):
+    """The roles called with a valid stage, in observation order."""
+    return [role for role in reference["scenarios"] if role != "invalid"]
+
+
 def check_paper(student, reference):
-    for stage in range(4):
-        got, want = value(student, "paper", stage), value(reference, "paper", stage)
+    for stage in STAGES:
+        got, want = value(student, reference, "paper", stage), value(reference, reference, "paper", stage)
         if _close(got * 1e9, want) or _close(got * 2**30, want):
             return ("You return gigabytes; return bytes (the paper's 31.4 GB is 31,406,250,000 bytes) and convert "
                     "only when you print.")
-    problem = compare(student, reference, ["paper"], range(4))
+    problem = compare(student, reference, ["paper"], STAGES)
     return problem and problem.replace("For num_params", "In the paper's example, num_params", 1)
 
 
 def check_number(student, reference):
-    valid = [(key, data) for key, data in (student.get("results") or {}).items() if key not in INVALID]
-    if not valid:
-        raise ScenarioError("No results: the grader's observation is incomplete.")
-    if any(data.get("not_done") for _, data in valid):
+    results = [(role, stage, call(student, reference, role, stage)) for role in roles(reference) for stage in STAGES]
+    if any(data.get("not_done") for _, _, data in results):
         raise ScenarioError(NOT_DONE)
-    for key, data in valid:
+    for role, stage, data in results:
         if "error" not in data and data.get("value") is None:
-            case, stage = key.split("/")
             shown = f" {data['text']!r}" if data.get("text") else ""
-            return (f"For {_what(case, int(stage))} your function returned a {data.get('type')}{shown}: return the "
-                    "bytes as an int or a float, and format them only when you print.")
-    failed = [data["error"] for _, data in valid if "error" in data]
-    if len(failed) == len(valid):
+            return (f"For {describe(reference, role, stage)} your function returned a {data.get('type')}{shown}: "
+                    "return the bytes as an int or a float, and format them only when you print.")
+    failed = [data["error"] for _, _, data in results if "error" in data]
+    if len(failed) == len(results):
         return f"Your function raised {failed[0]} in every case."
     return None
 
 
 def check_stage(stage):
     def test(student, reference):
-        return compare(student, reference, ["mixed_even", "fp32_grads", "world_1", "huge"], [stage])
+        return compare(student, reference, ["even", "fp32_grads", "world_1", "huge"], [stage])
     return test
 
 
 def check_exact(student, reference):
-    return compare(student, reference, ["odd_7", "odd_3", "odd_5_fp32_grads"], range(4))
+    return compare(student, reference, ["odd_small", "odd_large", "odd_layout"], STAGES)
 
 
 def check_layout(student, reference):
-    return compare(student, reference, ["fp32_adam", "fp32_grads", "odd_5_fp32_grads"], range(4))
+    return compare(student, reference, ["fp32_adam", "fp32_grads", "odd_layout"], STAGES)
 
 
 def check_invalid(student, reference):
-    for name, (_, _, stage) in INVALID.items():
-        data = student.get("results", {}).get(name)
-        if data is None:
-            raise ScenarioError("No result for an invalid stage: the grader's observation is incomplete.")
+    for stage in case(reference, "invalid")["stages"]:
+        data = call(student, reference, "invalid", stage)
         if data.get("not_done"):
             raise ScenarioError(NOT_DONE)
         if not data.get("value_error"):
