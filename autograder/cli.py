@@ -7,12 +7,17 @@ from pathlib import Path
 
 def _grade(args) -> int:
     from .batch import grade_class
+    from .escape import terminal
     from .sandbox import Limits, make_sandbox
+    from .submissions import SubmissionsError
 
     if not Path(args.submissions).exists():
-        print(f"error: {args.submissions} does not exist", file=sys.stderr)
+        print(f"error: {terminal(args.submissions)} does not exist", file=sys.stderr)
         return 2
-    sandbox = make_sandbox(not args.no_sandbox, Limits(memory_bytes=int(args.memory_gb * (1 << 30))))
+    gib = 1 << 30
+    limits = Limits(memory_bytes=int(args.memory_gb * gib),
+                    total_memory_bytes=int((args.total_memory_gb or max(args.memory_gb, 4.0)) * gib))
+    sandbox = make_sandbox(not args.no_sandbox, limits)
     if sandbox.warning:
         print(sandbox.warning, file=sys.stderr)
     out = Path(args.out)
@@ -20,14 +25,20 @@ def _grade(args) -> int:
         import shutil
 
         shutil.rmtree(out / ".state")
-    rows, summary = grade_class(Path(args.submissions), out, sandbox, jobs=args.jobs, timeout=args.timeout,
-                                dask_address=args.dask, progress=not args.quiet, notebooks=args.notebook,
-                                gradebook=args.gradebook)
+    try:
+        rows, summary = grade_class(Path(args.submissions), out, sandbox, jobs=args.jobs, timeout=args.timeout,
+                                    dask_address=args.dask, progress=not args.quiet, notebooks=args.notebook,
+                                    gradebook=args.gradebook)
+    except SubmissionsError as exc:
+        print(f"error: {terminal(str(exc))}", file=sys.stderr)
+        return 2
     if summary.gradebook:
-        print(summary.gradebook)
+        print(terminal(summary.gradebook))
+    for note in summary.notes():
+        print(f"note: {terminal(note)}", file=sys.stderr)
     print(summary.line())
-    print(f"wrote {out / 'grades.csv'}, {out / 'summary.csv'} and {out / 'feedback'}/")
-    return 0
+    print(f"wrote {out / 'grades.csv'}, {out / 'summary.csv'} and {out / 'feedback'}/ (index.csv names each file)")
+    return 1 if summary.problems else 0
 
 
 def _generate(args) -> int:
@@ -76,6 +87,9 @@ def main(argv=None) -> int:
     grade.add_argument("--jobs", type=int, default=os.cpu_count(), help="students graded at once (default: cores)")
     grade.add_argument("--timeout", type=float, help="seconds per exercise (default: each exercise's own)")
     grade.add_argument("--memory-gb", type=float, default=4.0, help="address-space limit per process (default 4)")
+    grade.add_argument("--total-memory-gb", type=float,
+                       help="memory limit for all of one student's processes and files, where cgroups allow "
+                            "(default: the larger of --memory-gb and 4)")
     grade.add_argument("--notebook", action="append", help="grade only this notebook (repeatable)")
     grade.add_argument("--dask", metavar="ADDRESS", help="grade on a Dask cluster (scheduler address, or 'local')")
     grade.add_argument("--gradebook", action="store_true", help="also record scores in the nbgrader gradebook")

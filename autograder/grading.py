@@ -4,12 +4,16 @@
 Dask worker elsewhere. The verdict happens here, in the grader's process, on data only.
 """
 import re
+import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 
 from .course import Course
+from .escape import strip_controls
 from .exercises import get_exercise
-from .notebook import NotebookProblem, exercise_cells, parse_notebook
+from .notebook import NotebookProblem, exercise_cells
+from .protocol import REASON_CHARS, TaskResult, clean_text
 from .runner import Task, run_tasks
 from .sandbox import Sandbox
 from .submissions import Submission, match_notebooks
@@ -29,8 +33,9 @@ class Row:
     checks: list[dict] = field(default_factory=list)   # per check: title, points, score, feedback
     output: str = ""                                   # what the student's code printed (feedback files)
     graded: bool = True                                # False: the code could not be run (reason in feedback)
+    name: str = ""                                     # the student's readable name (from the LMS file names)
 
-    CSV_FIELDS = ("student", "notebook", "exercise", "score", "max_score", "feedback")
+    CSV_FIELDS = ("student", "notebook", "exercise", "score", "max_score", "feedback", "name")
 
 
 def _clean(text: str) -> str:
@@ -40,7 +45,21 @@ def _clean(text: str) -> str:
 
 def grade_submission(submission: Submission, course: Course, wanted: list[str], references: dict[str, dict],
                      sandbox: Sandbox, timeout: float | None = None) -> tuple[list[Row], dict]:
-    """All rows of one student (one per exercise of every wanted notebook) and phase timings."""
+    """All rows of one student (one per exercise of every wanted notebook) and phase timings.
+
+    Never raises: whatever goes wrong for this student becomes this student's rows, so the batch goes on."""
+    try:
+        return _grade_submission(submission, course, wanted, references, sandbox, timeout)
+    except Exception as exc:  # a grader bug this submission triggers: it must cost only this student's grade
+        reason = (f"The grader failed on this submission ({type(exc).__name__}); your instructor has the details "
+                  "and will grade it by hand.")
+        print(strip_controls(f"autograder: internal error while grading {submission.student!r}:\n"
+                             f"{traceback.format_exc()}"), file=sys.stderr)
+        rows = [_ungraded(submission, n, e, reason) for n in wanted for e in course.notebooks[n].exercises]
+        return rows, {"parse_s": 0.0, "run_s": 0.0, "verdict_s": 0.0, "worker_peak_mib": 0.0}
+
+
+def _grade_submission(submission, course, wanted, references, sandbox, timeout):
     started = time.perf_counter()
     rows: dict[tuple[str, str], Row] = {}
     tasks: list[Task] = []
@@ -51,12 +70,12 @@ def grade_submission(submission: Submission, course: Course, wanted: list[str], 
         try:
             if path is None:
                 raise NotebookProblem(note)
-            cells = exercise_cells(parse_notebook(submission.files[path]), spec)
+            cells = exercise_cells(submission.notebook(path), spec)
         except NotebookProblem as problem:
             cells = {exercise: problem for exercise in spec.exercises}
         for exercise, code in cells.items():
             if isinstance(code, NotebookProblem):
-                rows[(name, exercise)] = _ungraded(submission.student, name, exercise, (note if path else "") + str(code))
+                rows[(name, exercise)] = _ungraded(submission, name, exercise, (note if path else "") + str(code))
                 continue
             setup = [(f"setup cell of {name}", c) for c in spec.setup_code]
             tasks.append(Task(f"{name}::{exercise}", exercise, tuple(setup + [(f"your cell `{exercise}`", code)]),
@@ -66,7 +85,7 @@ def grade_submission(submission: Submission, course: Course, wanted: list[str], 
     ran = time.perf_counter()
     for task in tasks:
         name, exercise = task.key.split("::")
-        rows[(name, exercise)] = _judge(submission.student, name, exercise, results[task.key], references[exercise],
+        rows[(name, exercise)] = _judge(submission, name, exercise, results[task.key], references[exercise],
                                         notes[name])
     order = {(n, e): i for i, (n, e) in enumerate((n, e) for n in wanted for e in course.notebooks[n].exercises)}
     timings = {"parse_s": parsed - started, "run_s": ran - parsed, "verdict_s": time.perf_counter() - ran,
@@ -74,19 +93,21 @@ def grade_submission(submission: Submission, course: Course, wanted: list[str], 
     return [rows[key] for key in sorted(rows, key=order.get)], timings
 
 
-def _ungraded(student: str, notebook: str, exercise: str, reason: str) -> Row:
-    return Row(student, notebook, exercise, 0.0, get_exercise(exercise).max_score, _clean(reason), graded=False)
+def _ungraded(submission: Submission, notebook: str, exercise: str, reason: str) -> Row:
+    return Row(submission.student, notebook, exercise, 0.0, get_exercise(exercise).max_score,
+               _clean(clean_text(reason, 2 * REASON_CHARS)), graded=False, name=submission.name)
 
 
-def _judge(student: str, notebook: str, exercise: str, result: dict, reference: dict, note: str) -> Row:
+def _judge(submission: Submission, notebook: str, exercise: str, result: TaskResult, reference: dict, note: str) -> Row:
     ex = get_exercise(exercise)
-    if result["status"] != "ok":
-        row = _ungraded(student, notebook, exercise, note + result["reason"])
-        row.output = _clean(result.get("output", ""))
+    if result.status != "ok":
+        row = _ungraded(submission, notebook, exercise, note + result.reason)
+        row.output = _clean(result.output)
         return row
-    checks = ex.grade(result["observation"], reference)
-    return Row(student, notebook, exercise, float(total(checks)), ex.max_score,
-               _clean(note + feedback_sentence(checks)), [asdict(c) for c in checks], _clean(result.get("output", "")))
+    checks = ex.grade(result.observation, reference)
+    return Row(submission.student, notebook, exercise, float(total(checks)), ex.max_score,
+               _clean(strip_controls(note + feedback_sentence(checks))), [asdict(c) for c in checks],
+               _clean(result.output), name=submission.name)
 
 
 def reference_observations(course: Course, exercises: list[str], sandbox: Sandbox) -> dict[str, dict]:
@@ -95,7 +116,7 @@ def reference_observations(course: Course, exercises: list[str], sandbox: Sandbo
 
     tasks = [Task(e, e, tuple(reference_cells(e)), max(get_exercise(e).timeout_s, 120)) for e in exercises]
     results, _ = run_tasks(tasks, sandbox, as_reference=True)
-    broken = {k: r["reason"] for k, r in results.items() if r["status"] != "ok"}
+    broken = {k: r.reason for k, r in results.items() if r.status != "ok"}
     if broken:
         raise RuntimeError(f"the reference solutions could not be observed: {broken}")
-    return {k: r["observation"] for k, r in results.items()}
+    return {k: r.observation for k, r in results.items()}

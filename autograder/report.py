@@ -1,7 +1,10 @@
 """What the instructor gets: grades.csv, an LMS-ready summary.csv, per-student feedback (Markdown + HTML).
 
 Every file is written atomically (temporary file + rename), and its content depends only on the
-rows, so grading the same submissions twice gives byte-identical files.
+rows, so grading the same submissions twice gives byte-identical files. Everything a student could
+have chosen (ids, names, file names, messages, printed output) goes through ``escape.py`` on its way
+into a file: no formula, escape sequence, Markdown or HTML of theirs survives. Feedback files are named
+``<readable prefix>-<hash of the student id>``; ``feedback/index.csv`` says whose is which.
 """
 import csv
 import html
@@ -11,13 +14,14 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from .escape import csv_cell, file_stem, md_code, md_text, strip_controls
 from .grading import Row
 
 
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:40]}.")
+    with os.fdopen(fd, "w", newline="", encoding="utf-8", errors="replace") as f:
         f.write(text)
     os.replace(tmp, path)
 
@@ -25,8 +29,8 @@ def write_atomic(path: Path, text: str) -> None:
 def _csv(header: list[str], rows: list[list]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
+    writer.writerow([csv_cell(h) for h in header])
+    writer.writerows([[csv_cell(cell) for cell in row] for row in rows])
     return buffer.getvalue()
 
 
@@ -36,47 +40,53 @@ def _number(x: float) -> str:
 
 def grades_csv(rows: list[Row]) -> str:
     return _csv(list(Row.CSV_FIELDS), [[r.student, r.notebook, r.exercise, _number(r.score), _number(r.max_score),
-                                        r.feedback] for r in rows])
+                                        r.feedback, r.name] for r in rows])
 
 
 def summary_csv(rows: list[Row], exercises: list[str]) -> str:
-    """One row per student: a column per exercise, then total, maximum and percent (LMS gradebook import)."""
+    """One row per student: id, name, a column per exercise, then total, maximum and percent (LMS import)."""
     by_student = defaultdict(dict)
-    maxima = {}
+    names, maxima = {}, {}
     for r in rows:
         by_student[r.student][r.exercise] = r.score
+        names[r.student] = r.name
         maxima[r.exercise] = r.max_score
     exercises = [e for e in exercises if e in maxima]
     max_total = sum(maxima[e] for e in exercises)
     table = []
     for student in sorted(by_student):
         got = sum(by_student[student].get(e, 0.0) for e in exercises)
-        table.append([student] + [_number(by_student[student].get(e, 0.0)) for e in exercises]
+        table.append([student, names[student]] + [_number(by_student[student].get(e, 0.0)) for e in exercises]
                      + [_number(got), _number(max_total), f"{100 * got / max_total:.1f}" if max_total else "0.0"])
-    header = ["student"] + [f"{e} ({_number(maxima[e])})" for e in exercises] + ["total", "max_total", "percent"]
+    header = ["student", "name"] + [f"{e} ({_number(maxima[e])})" for e in exercises] + ["total", "max_total", "percent"]
     return _csv(header, table)
 
 
 def feedback_markdown(student: str, rows: list[Row]) -> str:
     got, best = sum(r.score for r in rows), sum(r.max_score for r in rows)
-    lines = [f"# Feedback for {student}", "", f"**Total: {_number(got)} / {_number(best)} points**", ""]
+    name = rows[0].name if rows and rows[0].name and rows[0].name != student else ""
+    lines = [f"# Feedback for {md_text(student)}" + (f" ({md_text(name)})" if name else ""), "",
+             f"**Total: {_number(got)} / {_number(best)} points**", ""]
     for r in rows:
-        lines += [f"## `{r.exercise}` ({r.notebook}): {_number(r.score)} / {_number(r.max_score)}", ""]
+        lines += [f"## {md_text(r.exercise)} ({md_text(r.notebook)}): {_number(r.score)} / {_number(r.max_score)}", ""]
         if not r.checks:
-            lines += [f"Not graded: {r.feedback}", ""]
+            lines += [f"Not graded: {md_text(r.feedback)}", ""]
         for c in r.checks:
             mark = "✅" if c["score"] == c["points"] else "❌"
-            lines.append(f"- {mark} {c['title']} ({_number(c['score'])}/{_number(c['points'])})"
-                         + (f"  \n  {c['feedback']}" if c["feedback"] else ""))
+            lines.append(f"- {mark} {md_text(c['title'])} ({_number(c['score'])}/{_number(c['points'])})"
+                         + (f"  \n  {md_text(c['feedback'])}" if c["feedback"] else ""))
         if r.output.strip():
-            lines += ["", "Your code printed (first lines):", "", "```", r.output.strip()[:1500], "```"]
+            lines += ["", "Your code printed (first lines):", "", *md_code(r.output.strip()[:1500])]
         lines.append("")
     return "\n".join(lines)
 
 
 def feedback_html(student: str, rows: list[Row]) -> str:
     got, best = sum(r.score for r in rows), sum(r.max_score for r in rows)
-    e = html.escape
+
+    def e(text) -> str:
+        return html.escape(strip_controls(text))
+
     parts = [f"<!doctype html><meta charset='utf-8'><title>Feedback for {e(student)}</title>",
              "<style>body{font-family:sans-serif;max-width:50em;margin:2em auto}.pass{color:#1a7f37}"
              ".fail{color:#b3261e}pre{background:#f4f4f4;padding:.5em;white-space:pre-wrap}</style>",
@@ -97,13 +107,25 @@ def feedback_html(student: str, rows: list[Row]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def write_reports(out: Path, rows: list[Row], exercises: list[str]) -> None:
+def feedback_name(student: str) -> str:
+    return file_stem(student)
+
+
+def write_reports(out: Path, rows: list[Row], exercises: list[str]) -> list[str]:
+    """Write every report; returns problems (a file that could not be written), never stops half-way."""
     write_atomic(out / "grades.csv", grades_csv(rows))
     write_atomic(out / "summary.csv", summary_csv(rows, exercises))
     by_student = defaultdict(list)
     for r in rows:
         by_student[r.student].append(r)
-    for student, student_rows in by_student.items():
-        safe = "".join(ch if ch.isalnum() or ch in "-_.@" else "_" for ch in student) or "student"
-        write_atomic(out / "feedback" / f"{safe}.md", feedback_markdown(student, student_rows))
-        write_atomic(out / "feedback" / f"{safe}.html", feedback_html(student, student_rows))
+    problems, index = [], []
+    for student in sorted(by_student):
+        stem = feedback_name(student)
+        index.append([student, by_student[student][0].name, f"{stem}.md", f"{stem}.html"])
+        try:
+            write_atomic(out / "feedback" / f"{stem}.md", feedback_markdown(student, by_student[student]))
+            write_atomic(out / "feedback" / f"{stem}.html", feedback_html(student, by_student[student]))
+        except OSError as exc:
+            problems.append(f"feedback for {student!r}: {exc}")
+    write_atomic(out / "feedback" / "index.csv", _csv(["student", "name", "markdown", "html"], index))
+    return problems

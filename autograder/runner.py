@@ -1,8 +1,11 @@
 """Grader side of the worker protocol: start a (sandboxed) worker, feed it tasks, collect results.
 
-The worker's answers are treated as untrusted data: only known keys, known statuses and JSON objects
-are accepted. If the worker dies mid-way (submitted code killed it), the task in flight is blamed and
-a fresh worker takes the remaining tasks, so one hostile exercise costs only its own points.
+The worker's answers are untrusted data: each line becomes a typed ``TaskResult`` in ``protocol.py`` or
+is dropped. The grader keeps its own clock: a task that has not answered within its time limit (plus a
+grace period) gets the time-out reason, and the whole sandbox is killed from outside (its cgroup, its
+process group, its PID namespace), whatever the task did to the worker inside (stopped it, for example).
+If the worker dies mid-way, the task in flight is blamed and a fresh worker takes the remaining tasks,
+so one hostile exercise costs only its own points.
 """
 import json
 import os
@@ -11,30 +14,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 
-from .sandbox import Sandbox, worker_env
+from .protocol import LINE_LIMIT, BadMessage, Task, TaskResult, failed, parse_line
+from .sandbox import Sandbox
 
 STARTUP_S = 120.0          # python + torch import inside the sandbox, on a busy machine
-LINE_LIMIT = 40 << 20      # bytes of one result line
+GRACE_S = 15.0             # the worker's own clean-up after a task, before the grader steps in
+BETWEEN_TASKS_S = 60.0     # from one result to the next task's start line
+
+__all__ = ["Task", "TaskResult", "failed", "run_tasks"]
 
 
-@dataclass(frozen=True)
-class Task:
-    key: str                          # unique within one run, e.g. "01_x.ipynb::train_with_accumulation"
-    exercise: str
-    cells: tuple[tuple[str, str], ...]
-    timeout: float
+def _timed_out(task: Task) -> str:
+    return (f"Your code did not finish within {task.timeout:g} s (an endless loop, or a rank waiting for a "
+            "collective?); the grader stopped it.")
 
 
-def failed(key: str, reason: str, output: str = "") -> dict:
-    return {"key": key, "status": "failed", "observation": None, "reason": reason, "output": output}
-
-
-def run_tasks(tasks: list[Task], sandbox: Sandbox, *, as_reference: bool = False) -> tuple[dict[str, dict], float]:
+def run_tasks(tasks: list[Task], sandbox: Sandbox, *, as_reference: bool = False) -> tuple[dict[str, TaskResult], float]:
     """Run every task; returns ``{key: result}`` with a result for every task, whatever happens, and the
     workers' peak memory (MiB, largest process)."""
-    results: dict[str, dict] = {}
+    results: dict[str, TaskResult] = {}
     peak_mib = 0.0
     remaining = list(tasks)
     while remaining:
@@ -49,38 +48,22 @@ def run_tasks(tasks: list[Task], sandbox: Sandbox, *, as_reference: bool = False
     return results, peak_mib
 
 
-def _parse_result(line: bytes, keys: set[str]) -> dict | None:
-    try:
-        message = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(message, dict) or message.get("key") not in keys:
-        return None
-    if message.get("event") == "start":
-        return message
-    if message.get("status") not in ("ok", "failed"):
-        return None
-    observation = message.get("observation")
-    if message["status"] == "ok" and not isinstance(observation, dict):
-        return None
-    return {"key": message["key"], "status": message["status"], "observation": observation,
-            "reason": str(message.get("reason", ""))[:600], "output": str(message.get("output", ""))[:2000]}
-
-
 def _run_worker(tasks: list[Task], sandbox: Sandbox, as_reference: bool):
-    """One worker process over ``tasks``; returns (results, key in flight when it stopped, why)."""
-    job = {"as_reference": as_reference,
-           "tasks": [{"key": t.key, "exercise": t.exercise, "cells": [list(c) for c in t.cells],
-                      "timeout": t.timeout} for t in tasks]}
-    deadline = time.monotonic() + STARTUP_S + sum(t.timeout + 10 for t in tasks)
+    """One worker process over ``tasks``; returns (results, key in flight when it stopped, why, peak KiB)."""
+    job = {"as_reference": as_reference, "processes": sandbox.limits.processes,
+           "tasks": [t.to_json() for t in tasks]}
     with tempfile.TemporaryDirectory(prefix="grader-work-") as workdir, tempfile.TemporaryFile() as errors:
         read_fd, write_fd = os.pipe()
         argv = [sys.executable, "-m", "autograder.worker", "--results-fd", str(write_fd)]
-        with sandbox.worker_command(argv) as command:
-            proc = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors,
-                pass_fds=(write_fd,), cwd=workdir, env=worker_env(sandbox, workdir), start_new_session=True,
-                preexec_fn=sandbox.limits.apply if sandbox.mode != "off" else None)
+        with sandbox.launch(argv, workdir) as launch:
+            try:
+                proc = subprocess.Popen(
+                    launch.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors,
+                    pass_fds=(write_fd,), cwd=workdir, env=launch.env, start_new_session=True,
+                    preexec_fn=launch.preexec)
+            except (OSError, subprocess.SubprocessError) as exc:
+                os.close(read_fd), os.close(write_fd)
+                return {}, None, f"The grading worker could not start: {exc}", 0
             os.close(write_fd)
             try:
                 proc.stdin.write(json.dumps(job).encode())
@@ -88,51 +71,58 @@ def _run_worker(tasks: list[Task], sandbox: Sandbox, as_reference: bool):
             except BrokenPipeError:
                 pass
             try:
-                results, in_flight = _collect(read_fd, {t.key for t in tasks}, deadline)
+                results, in_flight, stopped = _collect(read_fd, {t.key: t for t in tasks})
             finally:
                 os.close(read_fd)
-                peak_kib = _stop(proc)
-        problem = ("Your code stopped the grading worker itself (for example by killing its parent process), "
-                   "so this exercise could not be graded.")
-        if not results and in_flight is None:
+                launch.kill_all(proc.pid)
+                peak_kib = _reap(proc)
+        if stopped == "deadline" and in_flight:
+            problem = _timed_out(next(t for t in tasks if t.key == in_flight))
+        elif stopped == "deadline":
+            problem = "The grading worker did not answer in time (the machine may be overloaded); grade again."
+        else:
+            problem = ("Your code stopped the grading worker itself (for example by killing its parent process), "
+                       "so this exercise could not be graded.")
+        if not results and in_flight is None and stopped != "deadline":
             errors.seek(0)
             tail = errors.read()[-1500:].decode(errors="replace").strip()
             problem = f"The grading worker could not start: {tail or 'no message'}"
     return results, in_flight, problem, peak_kib
 
 
-def _collect(read_fd: int, keys: set[str], deadline: float) -> tuple[dict, str | None]:
-    """Read result lines until every key has one, the worker stops, or the deadline passes."""
+def _collect(read_fd: int, tasks: dict[str, Task]) -> tuple[dict[str, TaskResult], str | None, str]:
+    """Read result lines until every task has one, the worker stops ("eof"), or the grader's own deadline
+    for what should come next passes ("deadline"). Returns (results, key in flight, why it stopped)."""
     results, in_flight, buffer = {}, None, b""
-    while len(results) < len(keys):
+    deadline = time.monotonic() + STARTUP_S
+    while len(results) < len(tasks):
         left = deadline - time.monotonic()
         if left <= 0:
-            break
+            return results, in_flight, "deadline"
         ready, _, _ = select.select([read_fd], [], [], left)
         if not ready:
             continue
         chunk = os.read(read_fd, 1 << 16)
         if not chunk or len(buffer) + len(chunk) > LINE_LIMIT:
-            break
+            return results, in_flight, "eof"
         *lines, buffer = (buffer + chunk).split(b"\n")
         for line in lines:
-            message = _parse_result(line, keys)
-            if message is None:
+            try:
+                message = parse_line(line, set(tasks) - set(results))
+            except BadMessage:
                 continue
-            if message.get("event") == "start":
-                in_flight = message["key"]
+            if isinstance(message, str):  # a task starts: the grader's clock for it starts too
+                in_flight = message
+                deadline = time.monotonic() + tasks[message].timeout + GRACE_S
             else:
-                results[message["key"]] = message
+                results[message.key] = message
                 in_flight = None
-    return results, in_flight
+                deadline = time.monotonic() + BETWEEN_TASKS_S
+    return results, in_flight, "done"
 
 
-def _stop(proc: subprocess.Popen) -> int:
-    """End the worker and everything it started (its own session); returns its peak memory in KiB."""
-    try:
-        os.killpg(proc.pid, 9)
-    except ProcessLookupError:
-        pass
-    _, status, usage = os.wait4(proc.pid, 0)  # the rusage of the sandbox and every process under it
+def _reap(proc: subprocess.Popen) -> int:
+    """Collect the worker's exit; returns its peak memory in KiB (the sandbox and every process under it)."""
+    _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return usage.ru_maxrss

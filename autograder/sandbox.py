@@ -7,9 +7,11 @@
 * **setpriv** to an unprivileged uid when the grader runs as root, with no new privileges and no
   capabilities.
 * **rlimits** on address space, file size (this is also the output limit), processes and open files.
+* **a control group per worker** (``cgroups.py``): CPU share, total memory and process count for the
+  student's code as a whole, and a way to kill all of it from outside.
 
-Where bubblewrap is missing or cannot create namespaces, the worker runs with rlimits only, and the
-grader prints a warning saying exactly that.
+Where bubblewrap is missing or cannot create namespaces, the worker runs with rlimits only; where no
+cgroup can be made, without the per-worker totals. The grader prints one warning saying exactly which.
 """
 import os
 import resource
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from .cgroups import CgroupPlan, WorkerGroup, detect
+
 NOBODY = 65534
 UID_BASE = 64000  # workers run as 64000, 64001, ... one uid per concurrent worker
 
@@ -31,16 +35,20 @@ UID_BASE = 64000  # workers run as 64000, 64001, ... one uid per concurrent work
 class Limits:
     memory_bytes: int = 4 << 30      # address space per process (torch needs ~1.5 GiB to import and train)
     output_bytes: int = 8 << 20      # any file written, the captured output included
-    processes: int = 512             # processes + threads of the sandbox uid (ranks, DataLoader workers)
+    processes: int = 512             # processes + threads of one worker (ranks, DataLoader workers)
     open_files: int = 512
-    tmp_bytes: int = 256 << 20       # the private /tmp (counts against memory)
+    tmp_bytes: int = 256 << 20       # the private /tmp, and /dev/shm the same (both count against memory)
+    total_memory_bytes: int = 4 << 30  # everything one worker holds, its tmpfs included (cgroup)
 
-    def apply(self) -> None:
-        """Set in the forked child just before exec (``preexec_fn``)."""
+    def apply(self, processes: bool = True) -> None:
+        """Set in the forked child just before exec (``preexec_fn``). The process limit is left to the
+        worker itself under bubblewrap (see worker.main): set here, an unprivileged grader's user
+        namespaces would all count against this one number."""
         for limit, value in ((resource.RLIMIT_AS, self.memory_bytes), (resource.RLIMIT_FSIZE, self.output_bytes),
-                             (resource.RLIMIT_NPROC, self.processes), (resource.RLIMIT_NOFILE, self.open_files),
-                             (resource.RLIMIT_CORE, 0)):
-            resource.setrlimit(limit, (value, value))
+                             (resource.RLIMIT_NPROC, self.processes if processes else None),
+                             (resource.RLIMIT_NOFILE, self.open_files), (resource.RLIMIT_CORE, 0)):
+            if value is not None:
+                resource.setrlimit(limit, (value, value))
 
 
 class UidPool:
@@ -67,32 +75,79 @@ class UidPool:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """How to start one worker: its command line, environment and pre-exec step; ``kill_all`` ends
+    everything it started (the whole cgroup where there is one, else its process group)."""
+    command: list[str]
+    env: dict[str, str]
+    preexec: object
+    group: WorkerGroup | None
+
+    def kill_all(self, pid: int) -> None:
+        try:
+            os.killpg(pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.group:
+            self.group.kill_all()
+
+
+@dataclass(frozen=True)
 class Sandbox:
     mode: str                 # "bubblewrap", "rlimits" or "off"
     limits: Limits
     uid: int | None           # first uid workers run as, when we switch users (we are root)
     warning: str = ""
     uids: UidPool | None = field(default=None, compare=False, repr=False)
+    cgroups: CgroupPlan = CgroupPlan("")
 
     @contextmanager
-    def worker_command(self, argv: list[str]):
-        """The command line that starts one worker, valid while the block runs (it holds a uid)."""
-        if self.mode != "bubblewrap":
-            yield argv
-        elif self.uid is None:
-            yield _bwrap_args(self.limits, None) + argv
-        else:
-            with self.uids.take() as uid:
-                yield _bwrap_args(self.limits, uid) + argv
+    def launch(self, argv: list[str], workdir: str):
+        """How to start one worker; valid while the block runs (it holds a uid and a cgroup)."""
+        group = WorkerGroup(self.cgroups, self.limits.total_memory_bytes, self.limits.processes) \
+            if self.mode != "off" and self.cgroups.backend else None
+        try:
+            with (self.uids.take() if self.uids else _no_uid()) as uid:
+                yield self._launch(argv, workdir, uid, group)
+        finally:
+            if group:
+                group.remove()
+
+    def _launch(self, argv: list[str], workdir: str, uid: int | None, group: WorkerGroup | None) -> Launch:
+        prefix = group.command_prefix() if group else []
+        if self.mode == "off":
+            return Launch(argv, _worker_env(home=workdir), None, None)
+        limits = self.limits
+
+        def preexec():
+            if group:
+                group.join()
+            limits.apply(processes=self.mode != "bubblewrap")
+
+        if self.mode == "rlimits":
+            return Launch(prefix + argv, _worker_env(home=workdir), preexec, group)
+        # bubblewrap itself runs with a scrubbed environment too: it is the sandbox's PID 1, and an
+        # unprivileged grader's student code (same uid) could read /proc/1/environ.
+        return Launch(prefix + _bwrap_args(limits, uid) + argv, _worker_env(home=workdir), preexec, group)
 
     def __reduce__(self):  # a fresh uid pool wherever the sandbox is unpickled (Dask workers)
         return (Sandbox, (self.mode, self.limits, self.uid, self.warning,
-                          UidPool(self.uid) if self.uid is not None else None))
+                          UidPool(self.uid) if self.uid is not None else None, self.cgroups))
 
     def describe(self) -> str:
         who = f"uids from {self.uid}" if self.uid is not None else f"uid {os.getuid()}"
         return {"bubblewrap": f"bubblewrap namespaces (no network, private /tmp, read-only Python), {who}, rlimits",
-                "rlimits": f"rlimits only, {who}", "off": "no isolation"}[self.mode]
+                "rlimits": f"rlimits only, {who}", "off": "no isolation"}[self.mode] + \
+            (f", {self.cgroups.describe()}" if self.mode != "off" else "")
+
+    def fingerprint(self) -> str:
+        """What a saved result depends on besides the code: isolation and every limit."""
+        return f"{self.mode}|{self.uid is not None}|{self.cgroups.backend}|{self.limits}"
+
+
+@contextmanager
+def _no_uid():
+    yield None
 
 
 def _etc_files() -> str:
@@ -114,12 +169,17 @@ def _etc() -> str:
 
 
 def _readonly_trees() -> list[Path]:
-    """The interpreter, its environment and the grader's packages; nothing else of the host."""
+    """The interpreter, its environment and the grader's packages; nothing else of the host.
+
+    Site-packages folders on ``sys.path`` count as the environment (a venv may reach another one through
+    a ``.pth`` file); the folder the grader was started from (``sys.path[0]``, maybe the course) does not.
+    """
     import autograder
     import coursekit
 
     trees = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
              Path(autograder.__file__).resolve().parent, Path(coursekit.__file__).resolve().parent}
+    trees |= {Path(p).resolve() for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()}
     return sorted(t for t in trees if not any(o != t and o in t.parents for o in trees))
 
 
@@ -130,7 +190,8 @@ def _bwrap_args(limits: Limits, uid: int | None) -> list[str]:
             "--die-with-parent", "--new-session", "--hostname", "grader",
             "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
             "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
-            "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
+            "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]
     for name in ("hosts", "passwd", "group"):
         args += ["--ro-bind", f"{_etc()}/{name}", f"/etc/{name}"]
     # The private /tmp first: a course checked out under /tmp is then bound on top of it, not hidden by it.
@@ -162,16 +223,6 @@ def _worker_env(home: str) -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "MPLCONFIGDIR": f"{home}/.mpl"}
 
 
-def worker_env(sandbox: Sandbox, workdir: str) -> dict[str, str] | None:
-    """Environment for the worker process (bubblewrap sets its own inside the sandbox)."""
-    if sandbox.mode == "bubblewrap":
-        return None
-    env = _worker_env(home=workdir)
-    if os.environ.get("COURSE_ROOT"):
-        env["COURSE_ROOT"] = os.environ["COURSE_ROOT"]
-    return env
-
-
 def _bwrap_works() -> bool:
     if not shutil.which("bwrap"):
         return False
@@ -181,17 +232,23 @@ def _bwrap_works() -> bool:
 
 
 def make_sandbox(enabled: bool = True, limits: Limits | None = None, uid: int | None = None) -> Sandbox:
-    """Pick the strongest isolation this machine allows and say what was chosen."""
+    """Pick the strongest isolation this machine allows and say, in one warning, what is missing."""
     limits = limits or Limits()
     if not enabled:
         return Sandbox("off", limits, None, "Isolation is off (--no-sandbox): submitted code runs with your rights.")
+    plan = detect()
+    missing = "" if plan.backend else (
+        f"no per-student CPU share or total-memory limit ({plan.reason}): one student's many processes can "
+        "slow the students graded next to them (their own time limit and process count still hold)")
     if _bwrap_works():
+        warning = f"WARNING: {missing}." if missing else ""
         if os.geteuid() != 0:  # already unprivileged: keep our uid
-            return Sandbox("bubblewrap", limits, None)
+            return Sandbox("bubblewrap", limits, None, warning, cgroups=plan)
         base = uid if uid is not None else UID_BASE
-        return Sandbox("bubblewrap", limits, base, uids=UidPool(base))
+        return Sandbox("bubblewrap", limits, base, warning, uids=UidPool(base), cgroups=plan)
     reason = ("bubblewrap (bwrap) is not installed" if not shutil.which("bwrap")
               else "bubblewrap cannot create namespaces here")
     return Sandbox("rlimits", limits, None,
                    f"WARNING: {reason}; submitted code runs with resource limits only: it can read your files "
-                   "and reach the network. Install Debian's `bubblewrap` package for full isolation.")
+                   "and reach the network. Install Debian's `bubblewrap` package for full isolation."
+                   + (f" Also {missing}." if missing else ""), cgroups=plan)

@@ -1,13 +1,8 @@
 """The process that runs submitted code and reports plain observations (run it inside the sandbox).
 
-Protocol. The grader writes one JSON job to stdin::
-
-    {"as_reference": false,
-     "tasks": [{"key": "01_x.ipynb::train_with_accumulation", "exercise": "train_with_accumulation",
-                "cells": [["setup cell", "import torch"], ["your cell", "def ..."]], "timeout": 60}]}
-
-and reads JSON lines from the file descriptor given by ``--results-fd``: a ``{"key", "event": "start"}``
-line before each task, then ``{"key", "status": "ok"|"failed", "observation", "reason", "output"}``.
+Protocol: see ``protocol.py`` (one JSON job on stdin, JSON lines on the file descriptor ``--results-fd``).
+Only this zygote holds that descriptor: each task's child closes it before any submitted code runs, so a
+task can neither forge a result line nor write garbage on it.
 
 Python, torch and the exercise modules are imported once, before any submitted code exists in this
 process. Each task then runs in a forked child with its own session: a crash, hang, ``os._exit``, flood
@@ -18,6 +13,7 @@ import ctypes
 import importlib
 import json
 import os
+import resource
 import select
 import signal
 import sys
@@ -27,6 +23,7 @@ import torch
 
 from .define import DefinitionError, define_function
 from .exercises import all_exercises, get_exercise
+from .protocol import BadMessage, Task, loads_bounded
 
 RESULT_LIMIT = 32 << 20      # bytes of observation a task may send back
 OUTPUT_SHOWN = 1500          # characters of a task's printed output kept for feedback
@@ -41,18 +38,19 @@ def _not_dumpable():
         pass
 
 
-def _run_task_in_child(task: dict, as_reference: bool, write_fd: int) -> None:
+def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd: int) -> None:
     """Child side: define the function from the cells, observe it, send JSON, exit. Never returns."""
     status = 0
     try:
+        os.close(results_fd)  # the zygote's channel to the grader: submitted code never holds it
         os.setsid()
         out = os.open(OUTPUT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1), os.dup2(out, 2)
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
-        exercise = get_exercise(task["exercise"])
+        exercise = get_exercise(task.exercise)
         try:
-            fn = define_function([tuple(c) for c in task["cells"]], task["exercise"])
+            fn = define_function(list(task.cells), task.exercise)
         except DefinitionError as exc:
             message = {"status": "failed", "reason": str(exc)}
         else:
@@ -140,14 +138,14 @@ def _output_tail() -> str:
         return ""
 
 
-def run_task(task: dict, as_reference: bool) -> dict:
+def run_task(task: Task, as_reference: bool, results_fd: int) -> dict:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _run_task_in_child(task, as_reference, write_fd)
+        _run_task_in_child(task, as_reference, write_fd, results_fd)
     os.close(write_fd)
-    timeout = float(task["timeout"])
+    timeout = float(task.timeout)
     data, wait_status = _collect_child(pid, read_fd, time.monotonic() + timeout, RESULT_LIMIT)
     os.close(read_fd)
     if wait_status is None:  # end-of-file came just before the exit, or the deadline passed
@@ -156,14 +154,15 @@ def run_task(task: dict, as_reference: bool) -> dict:
     _stop_everything_but_me(pid)  # the task's session, and any grandchild it left running
     if timed_out:
         _, wait_status = os.waitpid(pid, 0)
-    result = {"key": task["key"], "output": _output_tail()}
-    try:
-        message = json.loads(data) if data and len(data) <= RESULT_LIMIT and not timed_out else None
-    except ValueError:
-        message = None
-    if isinstance(message, dict) and message.get("status") in ("ok", "failed"):
-        result.update(status=message["status"], observation=message.get("observation"),
-                      reason=str(message.get("reason", "")))
+    result = {"key": task.key, "output": _output_tail()}
+    try:  # the child's payload is shaped by submitted code: bounded before anything reads it
+        message = loads_bounded(data, limit=RESULT_LIMIT) if data and not timed_out else None
+    except BadMessage as problem:
+        message = {"status": "failed", "reason": f"The result your code produced could not be read ({problem})."}
+    if isinstance(message, dict) and message.get("status") == "ok" and isinstance(message.get("observation"), dict):
+        result.update(status="ok", observation=message["observation"], reason="")
+    elif isinstance(message, dict) and message.get("status") == "failed":
+        result.update(status="failed", observation=None, reason=str(message.get("reason", ""))[:2000])
     else:
         result.update(status="failed", observation=None,
                       reason=_why_no_result(None if timed_out else wait_status, timed_out, timeout))
@@ -174,18 +173,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results-fd", type=int, required=True)
     args = parser.parse_args()
+    job = json.loads(sys.stdin.read())
+    sys.stdin.close()
+    if job.get("processes"):
+        # Set here, not before the sandbox starts: inside bubblewrap's user namespace (an unprivileged
+        # grader) the count is then this sandbox's own, not shared by every worker of the grader's uid.
+        _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        limit = job["processes"] if hard == resource.RLIM_INFINITY else min(job["processes"], hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
     torch.set_num_threads(1)  # forked children (and their ranks) must not inherit a busy OpenMP pool
     # Import once here what every task would otherwise import after its fork: the exercise modules, and
     # torch._dynamo, which creating any torch.optim optimizer pulls in (seconds per task otherwise).
     all_exercises()
     importlib.import_module("torch._dynamo")
     _not_dumpable()
-    job = json.loads(sys.stdin.read())
-    sys.stdin.close()
     results = os.fdopen(args.results_fd, "w", buffering=1)
-    for task in job["tasks"]:
-        results.write(json.dumps({"key": task["key"], "event": "start"}) + "\n")
-        results.write(json.dumps(run_task(task, bool(job.get("as_reference")))) + "\n")
+    for raw in job["tasks"]:
+        task = Task.from_json(raw)
+        results.write(json.dumps({"key": task.key, "event": "start"}) + "\n")
+        results.write(json.dumps(run_task(task, bool(job.get("as_reference")), args.results_fd)) + "\n")
 
 
 if __name__ == "__main__":
