@@ -14,6 +14,8 @@ import pytest
 from submission_factory import filled, reference_source, released_notebook, write
 from variants.train_with_accumulation import WRONG
 
+from autograder.escape import file_stem
+
 NB = "01_gradient_accumulation.ipynb"
 EX = "train_with_accumulation"
 pytestmark = pytest.mark.slow
@@ -98,11 +100,14 @@ def test_each_submission_scored_with_reason(graded_class, student):
 
 def test_feedback_and_summary_files(graded_class):
     _, out, run = graded_class
+    index = {r["student"]: r for r in csv.DictReader(open(out / "feedback" / "index.csv", newline=""))}
     for student in CLASS:
-        assert (out / "feedback" / f"{student}.md").read_text().startswith(f"# Feedback for {student}")
-        assert "<h1>Feedback for" in (out / "feedback" / f"{student}.html").read_text()
+        assert index[student]["markdown"] == f"{file_stem(student)}.md"
+        assert (out / "feedback" / f"{file_stem(student)}.md").read_text().startswith(f"# Feedback for {student}")
+        assert "<h1>Feedback for" in (out / "feedback" / f"{file_stem(student)}.html").read_text()
     summary = list(csv.DictReader(open(out / "summary.csv", newline="")))
     assert [r["student"] for r in summary] == sorted(CLASS)
+    assert [r["name"] for r in summary] == sorted(CLASS)  # a plain folder's name is the student id
     assert {r["percent"] for r in summary if r["student"] == "alice"} == {"100.0"}
     assert "13 students" in run.stdout
 
@@ -125,19 +130,24 @@ def test_same_submissions_same_file_and_resume(graded_class, tmp_path):
 
 
 def test_lms_zip_download(graded_class, tmp_path):
-    """A Canvas-style zip (flat files named <student>_<ids>_<notebook>) grades like the folder."""
+    """A Canvas zip (flat files <lastfirst>[_LATE]_<user id>_<submission id>_<notebook>) grades like the folder,
+    keyed by the Canvas user id with the name beside it; two students with one name stay two students."""
     submissions, out, _ = graded_class
     archive = tmp_path / "submissions.zip"
+    ids = {"alice": 1001, "bob": 1002, "kate": 1003}
     with zipfile.ZipFile(archive, "w") as z:
-        for student in ("alice", "bob", "kate"):
-            z.writestr(f"{student}_1234_5678_{NB}", (submissions / student / NB).read_bytes())
-        z.writestr(f"carol_LATE_1234_5678_{NB.replace('.ipynb', '-1.ipynb')}", b"{ this is not json")
+        for student, user_id in ids.items():
+            z.writestr(f"{student}_{user_id}_{user_id + 5000}_{NB}", (submissions / student / NB).read_bytes())
+        z.writestr(f"carol_LATE_1004_6004_{NB.replace('.ipynb', '-1.ipynb')}", b"{ this is not json")
+        z.writestr(f"alice_1005_6005_{NB}", (submissions / "bob" / NB).read_bytes())  # another alice, blank
     zipped = tmp_path / "zipped"
     grade(archive, zipped)
     got, want = rows(zipped), rows(out)
-    assert sorted(got) == ["alice", "bob", "carol", "kate"]
-    for student in got:
-        assert got[student]["score"] == want[student]["score"], student
+    assert sorted((s, r["name"]) for s, r in got.items()) == [
+        ("1001", "alice"), ("1002", "bob"), ("1003", "kate"), ("1004", "carol"), ("1005", "alice")]
+    for user_id, row in got.items():
+        expected = want["bob"] if user_id == "1005" else want[row["name"]]
+        assert row["score"] == expected["score"], row
 
 
 def test_missing_folder_is_a_clear_error(tmp_path):
@@ -157,6 +167,11 @@ def test_rlimits_fallback_says_so(graded_class, tmp_path):
     assert run.returncode == 0, run.stderr
     assert "bubblewrap (bwrap) is not installed" in run.stderr
     assert rows(tmp_path / "o")["alice"]["score"] == rows(out)["alice"]["score"]
+    # bubblewrap is back: the result graded without isolation is not resumed, it is graded again
+    again = grade(alice_only, tmp_path / "o")
+    summary = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert summary["resumed"] == 0 and summary["regraded"] == 1, summary
+    assert "graded again" in again.stderr and "isolation: bubblewrap" in again.stdout
 
 
 def test_every_exercise_solution_full_blank_zero(tmp_path, course):

@@ -2,15 +2,16 @@
 
 Every hostile cell below would earn marks, or break grading, under plain in-kernel nbgrader grading.
 Where a cell *could* cheat if the sandbox let it (read the solutions, reach the network), it cheats when
-it can and fails loudly when it cannot, so a 0 proves the door was shut.
+it can and fails loudly when it cannot, so a 0 proves the door was shut. The batch is graded twice: by
+root (workers switch to unprivileged uids) and by an ordinary Unix user (see grader_user.py).
 """
 import csv
 import os
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 
 import pytest
+from grader_user import USER, grade, is_root, shared_folder
 from submission_factory import filled, reference_source, write
 
 NB = "01_gradient_accumulation.ipynb"
@@ -101,51 +102,64 @@ if os.fork() == 0:
 HONEST = ["honest_1", "honest_2", "honest_3"]
 
 
-def _sandbox_uids():
-    """uids of processes the grader's sandboxes run as (64000 and up), as seen in /proc."""
+def _sandbox_processes():
+    """Live processes of the uids sandboxes run as (64000 and up), or of the test user (zombies waiting for
+    this machine's init to collect them run nothing)."""
+    import pwd
+
+    try:
+        user = pwd.getpwnam(USER).pw_uid if is_root() else -1
+    except KeyError:
+        user = -1
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            uid = int(next(line for line in open(f"/proc/{pid}/status") if line.startswith("Uid:")).split()[1])
+            status = open(f"/proc/{pid}/status").read().splitlines()
+            uid = int(next(line for line in status if line.startswith("Uid:")).split()[1])
+            zombie = any(line.startswith("State:") and "Z" in line for line in status)
         except (OSError, StopIteration):
             continue
-        if 64000 <= uid < 65000:
+        if not zombie and (64000 <= uid < 65000 or uid == user):
             found.append(pid)
     return found
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    submissions = tmp_path_factory.mktemp("hostile")
+@pytest.fixture(scope="module", params=["root", "user"])
+def graded(request):
+    if request.param == "root" and not is_root():
+        pytest.skip("the grader runs as this (ordinary) user in the other parameter")
+    work = shared_folder("hostile-")
+    submissions, out = work / "in", work / "out"
     for student, (source, _) in HOSTILE.items():
         write(submissions, student, NB, filled(NB, {EX: source}))
     for student in HONEST:
         write(submissions, student, NB, filled(NB, {EX: reference_source(EX)}))
-    out = tmp_path_factory.mktemp("out")
-    run = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out),
-                          "--quiet", "--timeout", "8"], capture_output=True, text=True, timeout=1200)
+    run = grade(submissions, out, "--timeout", "8", as_user=request.param == "user", timeout=1200)
     assert run.returncode == 0, run.stdout + run.stderr
     with open(out / "grades.csv", newline="") as f:
-        return {r["student"]: r for r in csv.DictReader(f)}, run
+        table = {r["student"]: r for r in csv.DictReader(f)}
+    left = _sandbox_processes()
+    yield table, run, left
+    shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.mark.parametrize("student", sorted(HOSTILE))
 def test_hostile_scores_zero_with_reason(graded, student):
-    table, _ = graded
+    table, *_ = graded
     row = table[student]
     assert float(row["score"]) == 0.0, row
     assert HOSTILE[student][1] in row["feedback"], row
 
 
 def test_honest_students_keep_full_marks(graded):
-    table, _ = graded
+    table, *_ = graded
     for student in HONEST:
         assert float(table[student]["score"]) == float(table[student]["max_score"]) > 0, table[student]
 
 
 def test_nothing_escaped(graded):
-    table, run = graded
+    table, run, left = graded
     assert "isolation: bubblewrap" in run.stdout or "bwrap" in run.stderr
     assert not (REPO / "autograder" / "pwned.py").exists()
-    assert _sandbox_uids() == [], "a sandboxed process outlived grading"
+    assert left == [], "a sandboxed process outlived grading"
     assert len(table) == len(HOSTILE) + len(HONEST)

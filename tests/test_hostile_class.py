@@ -1,0 +1,396 @@
+"""Hostile class uploads (issue 15), graded the way an instructor grades: one batch, with --gradebook, next to
+honest students, with the grader run as root and as an ordinary Unix user.
+
+Each attack once stopped the whole batch, injected output, leaked a secret or harmed another student. The
+fair outcome: this student gets 0 or a clear reason; every other student is unaffected; every output is
+written and inert. A second batch grades CPU/thread/process/memory hogs *concurrently* with honest students.
+"""
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import mistune
+import pytest
+from grader_user import REPO, USER, grade, is_root, shared_folder
+from submission_factory import filled, reference_source, released_notebook
+
+from autograder.escape import file_stem
+
+NB, EX = "01_gradient_accumulation.ipynb", "train_with_accumulation"
+KEY = f"{NB}::{EX}"
+SECRET = "grader-secret-7f3a91"
+pytestmark = pytest.mark.slow
+
+WRONG = "\ndef train_with_accumulation(model, dataloader, optimizer, criterion, accumulation_steps=4):\n    return 0.0\n"
+RESULTS_FD = "import os, sys\nfd = int(sys.argv[sys.argv.index('--results-fd') + 1])\n"
+
+
+def raising(name: str, message: str) -> str:
+    """A function that raises a BaseException subclass (it escapes observe) with a chosen class name and text."""
+    return (f"def train_with_accumulation(*args, **kwargs):\n"
+            f"    raise type({name!r}, (BaseException,), {{}})({message!r})\n")
+
+
+def with_cells(change) -> dict:
+    nb = filled(NB, {EX: reference_source(EX)})
+    change(nb["cells"])
+    return nb
+
+
+def code_cell(cells, grade_id=None):
+    return next(c for c in cells if c["cell_type"] == "code"
+                and (grade_id is None or c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id))
+
+
+def _set(cell, key, value):
+    cell[key] = value
+
+
+def _deep() -> bytes:
+    return b'{"nbformat": 4, "cells": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+
+def _with_html_outputs(cells):
+    code_cell(cells, EX)["outputs"] = [{"output_type": "display_data", "metadata": {}, "data": {
+        "text/html": "<script>alert('formgrader')</script>", "application/javascript": "alert(1)",
+        "text/plain": "x"}}]
+    cells.insert(0, {"cell_type": "markdown", "metadata": {}, "source": "<img src=x onerror=alert(2)> hello"})
+
+
+REFERENCE_RETURN = json.loads((REPO / "autograder" / "reference_observations.json").read_text())[
+    "exercises"][EX]["observation"]["scenarios"]["default"]["returned"]
+
+# student: {file: content}. Content: a dict (notebook JSON), bytes, ("symlink", target) or ("fifo",).
+CLASS = {
+    "honest_a": {NB: filled(NB, {EX: reference_source(EX)})},
+    "honest_b": {NB: filled(NB, {EX: reference_source(EX)})},
+    # --- one upload used to stop the whole class ---
+    "nb_metadata_null": {NB: with_cells(lambda cells: _set(code_cell(cells), "metadata", None))},
+    "nb_source_number": {NB: with_cells(lambda cells: _set(code_cell(cells, EX), "source", ["x = 1\n", 42]))},
+    "nb_grade_id_list": {NB: with_cells(lambda cells: code_cell(cells, EX)["metadata"]["nbgrader"].update(grade_id=[EX]))},
+    "nb_renamed_metadata_list": {"my lesson.ipynb": with_cells(lambda cells: _set(cells[-1], "metadata", []))},
+    "nb_deeply_nested": {NB: _deep()},
+    "nb_escape_in_source": {NB: filled(NB, {EX: "# \x1b]52;c;cHduZWQ=\x07\n" + reference_source(EX)})},
+    "pipe_list_key": {NB: filled(NB, {EX: RESULTS_FD + "os.write(fd, b'{\"key\": [1], \"status\": \"ok\"}\\n')\n" + WRONG})},
+    "pipe_deep_array": {NB: filled(NB, {EX: RESULTS_FD + "os.write(fd, b'[' * 100000 + b'\\n')\n" + WRONG})},
+    "pipe_forged_result": {NB: filled(NB, {EX: RESULTS_FD + (
+        "line = '{\"key\": \"%s\", \"status\": \"ok\", \"observation\": {\"scenarios\": {}}}\\n' % " + repr(KEY) + "\n"
+        "os.write(fd, line.encode())\n") + WRONG})},
+    # --- the time limit, from outside: the task stops its own worker and leaves a detached child ---
+    "stops_its_worker": {NB: filled(NB, {EX: RESULTS_FD + f'''
+import signal, time
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(1)
+    try:
+        os.write(fd, b'{{"key": "{KEY}", "status": "failed", "reason": "FORGED by a detached child"}}\\n')
+    except OSError:
+        pass
+    while True:
+        time.sleep(0.2)
+os.kill(os.getppid(), signal.SIGSTOP)
+''' + WRONG})},
+    # --- output injection ---
+    "csv_formula": {NB: filled(NB, {EX: raising('=HYPERLINK("http://evil.example/?g","Re-grade")', "click")})},
+    "csv_bare_cr": {NB: filled(NB, {EX: raising("Err", "one\rforged,row,here,11,11\rtwo")})},
+    "terminal_escapes": {NB: filled(NB, {EX: raising("Err", "\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\x9b31m")})},
+    "markdown_injection": {NB: filled(NB, {EX: "print('```\\n# Re-graded: 11 / 11\\n<script>alert(2)</script>')\n" + raising(
+        "Err", "\n\n# Re-graded: 11 / 11 points\n<script>alert(1)</script>\n<!--")})},
+    "html_outputs": {NB: with_cells(_with_html_outputs)},
+    # --- students hurting students ---
+    "kim+lee@uni.example": {NB: filled(NB, {EX: reference_source(EX)})},
+    "kim_lee@uni.example": {NB: released_notebook(NB)},
+    "extra_lesson_upload": {NB: filled(NB, {EX: reference_source(EX)}), "02_mixed_precision.ipynb": b"{}"},
+    "L" * 250: {NB: filled(NB, {EX: reference_source(EX)})},
+    # --- secrets and solutions ---
+    "symlink_to_solution": {NB: ("symlink", REPO / "solutions" / "lesson1" / NB)},
+    "fifo_instead_of_file": {NB: ("fifo",)},
+    "reads_pid1_environ": {NB: filled(NB, {EX: "env = open('/proc/1/environ', 'rb').read().replace(b'\\0', b' ')\n"
+                                               "raise RuntimeError(env.decode(errors='replace')[:400])\n"})},
+    "fills_dev_shm": {NB: filled(NB, {EX: "for i in range(80):  # 4 MiB files: each under the 8 MiB file limit\n"
+                                          "    with open(f'/dev/shm/fill{i}', 'wb') as f:\n"
+                                          "        f.write(b'x' * (4 << 20))\n" + WRONG})},
+    # --- a constant earns nothing ---
+    "returns_a_constant": {NB: filled(NB, {EX: "def train_with_accumulation(model, dataloader, optimizer, criterion, "
+                                               f"accumulation_steps=4):\n    return {REFERENCE_RETURN!r}\n"})},
+}
+
+ZERO_WITH_REASON = {
+    "nb_metadata_null": "metadata is NoneType",
+    "nb_source_number": "holding something other than text",
+    "nb_grade_id_list": "grade_id is list",
+    "nb_renamed_metadata_list": "No notebook 01_gradient_accumulation.ipynb was submitted",
+    "nb_deeply_nested": "nested far too deeply",
+    "nb_escape_in_source": "control characters",
+    "pipe_list_key": "Bad file descriptor",
+    "pipe_deep_array": "Bad file descriptor",
+    "pipe_forged_result": "Bad file descriptor",
+    "stops_its_worker": "did not finish within 8 s",
+    "csv_formula": "HYPERLINK",
+    "symlink_to_solution": "symbolic link",
+    "fifo_instead_of_file": "not a regular file",
+    "fills_dev_shm": "No space left on device",
+}
+FULL = ["honest_a", "honest_b", "html_outputs", "kim+lee@uni.example", "extra_lesson_upload", "L" * 250]
+
+
+def write_class(folder, students):
+    for student, files in students.items():
+        for name, content in files.items():
+            path = folder / student / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, tuple) and content[0] == "symlink":
+                path.symlink_to(content[1])
+            elif isinstance(content, tuple):
+                os.mkfifo(path)
+            else:
+                path.write_bytes(content if isinstance(content, bytes) else json.dumps(content, indent=1).encode())
+
+
+def read_rows(out):
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module", params=["root", "user"])
+def hostile_class(request):
+    if request.param == "root" and not is_root():
+        pytest.skip("the grader runs as this (ordinary) user in the other parameter")
+    work = shared_folder("hostile-class-")
+    submissions, out, course = work / "in", work / "out", work / "course"
+    write_class(submissions, CLASS)
+    course.mkdir()
+    run = grade(submissions, out, "--timeout", "8", "--jobs", "2", "--gradebook", as_user=request.param == "user",
+                env={"SECRET_TOKEN": SECRET, "NBGRADER_COURSE_ROOT": str(course)})
+    assert leftover_processes() == [], "a sandboxed process outlived grading"
+    yield request.param, run, out, course, read_rows(out) if (out / "grades.csv").exists() else []
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def by_student(rows):
+    return {r["student"]: r for r in rows}
+
+
+def test_the_batch_completes_with_every_output(hostile_class):
+    who, run, out, course, rows = hostile_class
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert sorted(r["student"] for r in rows) == sorted(CLASS), "one row per student (and only Lesson 1)"
+    assert {r["notebook"] for r in rows} == {NB}, "another lesson's {} upload added rows for everyone"
+    for student in CLASS:
+        assert (out / "feedback" / f"{file_stem(student)}.md").exists(), student
+    assert "recorded" in run.stdout
+
+
+@pytest.mark.parametrize("student", sorted(ZERO_WITH_REASON))
+def test_attack_scores_zero_with_reason(hostile_class, student):
+    *_, rows = hostile_class
+    row = by_student(rows)[student]
+    assert float(row["score"]) == 0 and ZERO_WITH_REASON[student] in row["feedback"], row
+
+
+def test_honest_students_keep_full_marks(hostile_class):
+    *_, out, _, rows = hostile_class
+    table = by_student(rows)
+    for student in FULL:
+        assert table[student]["score"] == table[student]["max_score"] == "11", table[student]
+    summary = {r["student"]: r for r in csv.DictReader(open(out / "summary.csv", newline="", encoding="utf-8"))}
+    assert summary["honest_a"]["percent"] == "100.0" and "02" not in "".join(summary["honest_a"]), summary["honest_a"]
+
+
+def test_time_limit_holds_from_outside(hostile_class):
+    *_, rows = hostile_class
+    row = by_student(rows)["stops_its_worker"]
+    assert "grader stopped it" in row["feedback"] and "FORGED" not in row["feedback"], row
+
+
+def test_csv_cells_are_inert(hostile_class):
+    *_, out, _, rows = hostile_class
+    raw = (out / "grades.csv").read_text(encoding="utf-8")
+    parsed = list(csv.reader(io.StringIO(raw, newline="")))
+    assert len(parsed) == 1 + len(CLASS), "a bare CR split a record"
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", raw.replace("\n", ""))
+    for record in parsed[1:]:
+        for cell in record:
+            assert not cell.lstrip(" ").startswith(("=", "+", "-", "@", "\t", "\r")) or re.fullmatch(r"-?[\d.]+", cell)
+    assert by_student(rows)["csv_formula"]["feedback"].startswith("'=HYPERLINK")
+    assert "forged,row" in by_student(rows)["csv_bare_cr"]["feedback"]  # kept as text, inside its own cell
+
+
+def test_no_escape_sequences_anywhere(hostile_class):
+    _, run, out, course, _ = hostile_class
+    texts = [run.stdout, run.stderr] + [p.read_text(encoding="utf-8", errors="replace")
+                                        for p in [*out.rglob("*.csv"), *out.rglob("*.md"), *out.rglob("*.html"),
+                                                  *course.rglob("*.ipynb")]]
+    for text in texts:
+        assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text
+
+
+def test_markdown_feedback_renders_literally(hostile_class):
+    *_, out, _, _ = hostile_class
+    for student in ("markdown_injection", "csv_formula", "terminal_escapes"):
+        html = mistune.html((out / "feedback" / f"{file_stem(student)}.md").read_text(encoding="utf-8"))
+        assert "<script" not in html and "<!--" not in html, student
+        assert len(re.findall(r"<h1>", html)) == 1 and "Re-graded" not in "".join(re.findall(r"<h\d>.*?</h\d>", html))
+
+
+def test_autograded_notebooks_carry_no_html_or_solution(hostile_class):
+    """Formgrader renders these in the instructor's Jupyter origin: no student output, markup or metadata."""
+    *_, course, _ = hostile_class
+    autograded = {p.parts[-3]: json.loads(p.read_text()) for p in (course / "autograded").rglob("*.ipynb")}
+    assert {"html_outputs", "symlink_to_solution"} <= set(autograded)
+    for student, nb in autograded.items():
+        for cell in nb["cells"]:
+            assert set(cell["metadata"]) <= {"nbgrader"}, (student, cell["metadata"])
+            for output in cell.get("outputs", []):
+                assert set(output.get("data", {})) <= {"text/plain"}, (student, output)
+            if cell["cell_type"] != "code":
+                assert "<script" not in cell["source"] and "<img" not in cell["source"], (student, cell["source"])
+    shown = "".join(c["source"] for c in autograded["symlink_to_solution"]["cells"])
+    assert reference_source(EX).strip() not in shown, "the linked solution notebook was handed back"
+
+
+def test_students_never_share_a_file_or_row(hostile_class):
+    *_, out, _, rows = hostile_class
+    table = by_student(rows)
+    assert table["kim+lee@uni.example"]["score"] == "11" and table["kim_lee@uni.example"]["score"] == "0"
+    plus = (out / "feedback" / f"{file_stem('kim+lee@uni.example')}.md").read_text(encoding="utf-8")
+    under = (out / "feedback" / f"{file_stem('kim_lee@uni.example')}.md").read_text(encoding="utf-8")
+    assert "11 / 11" in plus and "0 / 11" in under
+    assert max(len(p.name) for p in (out / "feedback").iterdir()) <= 60
+    index = list(csv.DictReader(open(out / "feedback" / "index.csv", newline="", encoding="utf-8")))
+    assert len({r["markdown"] for r in index}) == len(CLASS)
+
+
+def test_no_secret_reaches_the_sandbox(hostile_class):
+    who, run, out, _, rows = hostile_class
+    row = by_student(rows)["reads_pid1_environ"]
+    assert SECRET not in (out / "grades.csv").read_text(encoding="utf-8") + run.stdout + run.stderr
+    assert float(row["score"]) == 0
+    if who == "user":  # the same uid can read PID 1's environment: it must hold only the worker's settings
+        assert "PATH=/usr/bin:/bin" in row["feedback"], row
+
+
+def test_one_warning_at_most(hostile_class):
+    who, run, *_ = hostile_class
+    assert run.stderr.count("WARNING") <= 1, run.stderr
+    if who == "user":
+        assert "no per-student CPU share" in run.stderr
+
+
+def test_a_constant_earns_nothing(hostile_class):
+    *_, out, _, rows = hostile_class
+    row = by_student(rows)["returns_a_constant"]
+    assert float(row["score"]) == 0, row
+    assert f"{REFERENCE_RETURN:.4f}" not in (out / "feedback" / f"{file_stem('returns_a_constant')}.md").read_text()
+
+
+# ---- one student must not starve or fail another ----------------------------------------------------------
+
+HOG_TIMEOUT = 30  # each hog holds its resource until the grader kills it at its time limit
+NB3, EX3 = "03_data_parallel.ipynb", "average_gradients"  # honest students here start real rank processes
+HONEST_LATE = "import time\ntime.sleep(6)  # start once the hogs are in full swing\n"
+HOGS = {
+    "hog_cpu_sessions": '''
+import os
+for _ in range(300):
+    if os.fork() == 0:
+        os.setsid()
+        while True:
+            pass
+while True:
+    pass
+''',
+    "hog_threads": '''
+import threading, time
+for _ in range(500):
+    try:
+        threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+    except RuntimeError:  # the limit: hold what it got
+        break
+time.sleep(3600)
+''',
+    "hog_processes": '''
+import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(3600)
+    except OSError:
+        break
+time.sleep(3600)
+''',
+    "hog_memory": '''
+import os, time
+for _ in range(4):
+    if os.fork() == 0:
+        block = bytearray(450 << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        time.sleep(3600)
+time.sleep(3600)
+''',
+}
+
+
+@pytest.fixture(scope="module", params=["root", "user"])
+def hogs_graded(request):
+    if request.param == "root" and not is_root():
+        pytest.skip("the grader runs as this (ordinary) user in the other parameter")
+    work = shared_folder("hostile-hogs-")
+    students = {name: {NB: filled(NB, {EX: source + WRONG})} for name, source in HOGS.items()}
+    students |= {f"honest_{i}": {NB3: filled(NB3, {EX3: HONEST_LATE + reference_source(EX3)})} for i in range(3)}
+    write_class(work / "in", students)
+    # All seven graded at once; the user gets a delegated cgroup subtree, as an admin would give it.
+    run = grade(work / "in", work / "out", "--jobs", str(len(students)), "--timeout", str(HOG_TIMEOUT),
+                "--notebook", NB, "--notebook", NB3, "--total-memory-gb", "1",
+                as_user=request.param == "user", delegate=request.param == "user")
+    assert leftover_processes() == [], "a sandboxed process outlived grading"
+    rows = read_rows(work / "out") if (work / "out" / "grades.csv").exists() else []
+    own = {r["student"]: r for r in rows if (r["exercise"] == EX3) == r["student"].startswith("honest")}
+    yield run, own  # each student's row for the lesson they submitted
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def test_hogs_do_not_starve_honest_students(hogs_graded):
+    run, table = hogs_graded
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "cgroup" in run.stdout and "WARNING" not in run.stderr, run.stdout + run.stderr
+    for i in range(3):
+        assert table[f"honest_{i}"]["score"] == "11", table[f"honest_{i}"]
+    for hog in HOGS:
+        assert float(table[hog]["score"]) == 0, table[hog]
+
+
+def leftover_processes() -> list[str]:
+    """Live processes of the sandbox uids (root's grader) or of the test user (the user's grader); zombies
+    (ended, waiting for this machine's init to collect them) are not running anything."""
+    import pwd
+
+    try:
+        user_uid = pwd.getpwnam(USER).pw_uid
+    except KeyError:
+        user_uid = -1
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and (64000 <= uid < 65000 or (is_root() and uid == user_uid)):
+            left.append(pid)
+    return left
+
+
+def test_no_cgroup_left_behind(hogs_graded):
+    """Every group a finished grader made is gone (groups of graders still running elsewhere may exist)."""
+    for controller in ("cpu", "memory", "pids"):
+        root = f"/sys/fs/cgroup/{controller}"
+        found = subprocess.run(["find", root, "-maxdepth", "4", "-type", "d", "-name", "autograder-[0-9]*"],
+                               capture_output=True, text=True).stdout.split() if os.path.isdir(root) else []
+        dead = [f for f in found if not os.path.exists(f"/proc/{os.path.basename(f).split('-')[1]}")]
+        assert dead == [], dead
