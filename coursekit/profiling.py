@@ -1,4 +1,4 @@
-"""Where one training step's time goes, read from torch.profiler's own events (Lesson 6, GPU recorder).
+"""Where one training step's time goes, read from torch.profiler's own events (Lessons 3 and 6, GPU recorder).
 
 A rank's step of wall time T splits into four parts that add up to T exactly:
 
@@ -9,8 +9,10 @@ A rank's step of wall time T splits into four parts that add up to T exactly:
 
 Which events count as what:
 
-* on a GPU (the profile has CUDA kernels): NCCL kernels are communication, every other kernel or copy is
-  compute. That is the device's own view, as in Holistic Trace Analysis.
+* on a GPU (the profile has CUDA events): the device's own work, as in Holistic Trace Analysis. NCCL kernels
+  are communication; every other kernel, copy or memset is compute. The GPU timeline also carries
+  *annotations*: each ``record_function`` range (``train_step``, ``nccl:all_reduce``...) drawn over the
+  kernels it launched. They span work without being work, so they count as neither.
 * on a CPU with gloo: the thread that ran the step is the "compute stream". Its ops are compute, except
   the collective calls themselves (``c10d::…``), during which it is stuck in communication. gloo does the
   actual work on its own threads (``gloo:all_reduce``…): those intervals are communication too.
@@ -28,9 +30,34 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # silence the profiler's stderr 
 PARTS = ("compute only", "overlapped", "exposed comm", "idle")
 
 
+# NCCL's kernels: ncclDevKernel_AllReduce_Sum_f32_RING_LL, ncclDevKernel_SendRecv… (NCCL 2.19 and later),
+# ncclDevKernel_Generic / ncclDevKernel_Generic_1 (recent NCCL runs most collectives through these; the name
+# does not say which collective), ncclKernel_AllReduce_RING_LL_Sum_float… (NCCL before 2.19).
+NCCL_KERNELS = ("ncclDevKernel_", "ncclKernel_")
+
+
+def is_collective_work(name: str) -> bool:
+    """Where a collective's bytes move: gloo's own threads (``gloo:all_reduce``…) or an NCCL kernel on a GPU."""
+    return name.startswith("gloo:") or name.startswith(NCCL_KERNELS)
+
+
 def is_communication(name: str) -> bool:
+    """Collective work, or a collective call on the training thread (``c10d::allreduce_``, ``nccl:all_reduce``)."""
     low = name.lower()
-    return low.startswith(("gloo:", "c10d::", "record_param_comms")) or "nccl" in low
+    return is_collective_work(name) or low.startswith(("c10d::", "record_param_comms")) or "nccl" in low
+
+
+def device_work(events) -> list:
+    """The GPU's own work in a profile: kernels, copies and memsets, without the GPU-side annotations.
+
+    An annotation is a ``record_function`` range that the profiler also draws on the GPU timeline
+    (``is_user_annotation``; torch versions without that flag are recognised by the name, which a CPU
+    event of the same profile carries too: kernels are never named like CPU ops).
+    """
+    events = list(events)
+    cpu_names = {e.name for e in events if e.device_type == DeviceType.CPU}
+    return [e for e in events if e.device_type == DeviceType.CUDA
+            and not getattr(e, "is_user_annotation", False) and e.name not in cpu_names]
 
 
 # ---- interval arithmetic on sorted lists of (start, end) --------------------------------------------
@@ -86,7 +113,7 @@ def _clip(intervals, lo, hi):
 def step_intervals(prof, step_name: str = "train_step") -> list[dict]:
     """For every ``record_function(step_name)`` range: its window and its compute and communication intervals (µs)."""
     events = list(prof.events())
-    on_device = [e for e in events if e.device_type == DeviceType.CUDA]
+    on_device = device_work(events)
     steps = sorted((e for e in events if e.name == step_name and e.device_type == DeviceType.CPU),
                    key=lambda e: e.time_range.start)
     found = []
@@ -94,8 +121,8 @@ def step_intervals(prof, step_name: str = "train_step") -> list[dict]:
         lo, hi = step.time_range.start, step.time_range.end
         if on_device:
             spans = [(e.name, (e.time_range.start, e.time_range.end)) for e in on_device]
-            compute = [iv for name, iv in spans if not is_communication(name)]
-            comm = [iv for name, iv in spans if is_communication(name)]
+            compute = [iv for name, iv in spans if not is_collective_work(name)]
+            comm = [iv for name, iv in spans if is_collective_work(name)]
         else:
             mine = [e for e in events if e.thread == step.thread and e is not step and e.device_type == DeviceType.CPU]
             stuck = [(e.time_range.start, e.time_range.end) for e in mine if is_communication(e.name)]
