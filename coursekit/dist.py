@@ -40,7 +40,24 @@ def backend_for(world_size: int) -> str:
 
 
 def rank_device(backend: str, rank: int) -> torch.device:
+    """The device of local rank ``rank``: its GPU under NCCL, the CPU under gloo."""
     return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+
+
+def local_rank() -> int:
+    """This process's rank on its own machine: it picks the GPU. ``launch`` and ``torchrun`` both set
+    ``LOCAL_RANK``; the global rank would name a GPU that does not exist on the second machine of a job."""
+    return int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+
+
+def my_device() -> torch.device:
+    """Inside a rank: its GPU under NCCL (chosen by the local rank), the CPU under gloo."""
+    return rank_device(dist.get_backend(), local_rank())
+
+
+def barrier(device: torch.device) -> None:
+    """All ranks meet; NCCL is told which GPU to use (else it guesses and warns)."""
+    dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
 
 
 def free_port() -> int:

@@ -6,8 +6,11 @@
                                "date": "2026-05-01", "rows": [{"ranks": 1, "samples/s": 81234.0}, ...],
                                "notes": "optional one-line remark"}}
 
-Lessons call ``show_recorded(section, title)``: a labelled table with its provenance, or a plain
-"no GPU results recorded yet" when the file or the section is missing.
+A section that needs more GPUs than the recording machine had is stored without rows, as
+``{"needs GPUs": 2, "gpus": 1, ...}``, so that the lesson says so instead of showing numbers that mean nothing.
+
+Lessons call ``show_recorded(section, title)``: a labelled table with its provenance, "needs ≥ 2 GPUs; not
+recorded", or a plain "no GPU results recorded yet" when the file or the section is missing.
 """
 import json
 from pathlib import Path
@@ -30,6 +33,8 @@ def load_recorded(section: str) -> dict | None:
 
 
 def _cell(value) -> str:
+    if value is None:
+        return "—"
     if isinstance(value, float):
         return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
     return str(value)
@@ -39,10 +44,14 @@ def show_recorded(section: str, title: str) -> dict | None:
     """Print the recorded results of ``section`` as a table labelled with device, torch and date."""
     entry = load_recorded(section)
     if entry is None:
-        print(f"{title}: no GPU results recorded yet (run `python -m bench.gpu_evidence` on a GPU machine).")
+        print(f"{title}: no GPU results recorded yet (`make gpu-evidence` on a GPU machine records them).")
         return None
-    print(f"{title} — RECORDED on {entry.get('device', '?')} · torch {entry.get('torch', '?')} · "
-          f"{entry.get('date', '?')} (not measured on this machine)")
+    provenance = f"{entry.get('device', '?')} · torch {entry.get('torch', '?')} · {entry.get('date', '?')}"
+    if entry.get("needs GPUs"):
+        print(f"{title}: needs ≥ {entry['needs GPUs']} GPUs; not recorded (the recording machine had "
+              f"{entry.get('gpus', '?')}: {provenance})")
+        return entry
+    print(f"{title} — RECORDED on {provenance} (not measured on this machine)")
     rows = entry.get("rows") or []
     if rows and all(isinstance(r, dict) for r in rows):
         columns = list(dict.fromkeys(k for r in rows for k in r))

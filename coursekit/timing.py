@@ -5,17 +5,22 @@ import time
 import torch
 
 
+def sync(device: torch.device | str) -> None:
+    """CUDA work is asynchronous: wait until the GPU has finished what was queued, before reading a clock."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def time_call(fn, *, repeat: int = 5, warmup: int = 1, device: torch.device | str = "cpu") -> float:
     """Median seconds per call of ``fn()`` after ``warmup`` untimed calls."""
-    device = torch.device(device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     for _ in range(warmup):
         fn()
-    sync()
+    sync(device)
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
-        sync()
+        sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
