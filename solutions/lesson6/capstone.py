@@ -34,7 +34,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from coursekit.data import digits, mlp
-from coursekit.dist import rank_device, run_under_torchrun
+from coursekit.dist import my_device, run_under_torchrun
 from coursekit.memory import profile_memory
 
 N_TRAIN = 1500  # the first 1,500 digits train; the last 297 are held out
@@ -164,7 +164,7 @@ def train(rank: int, world_size: int, recipe: Recipe, checkpoint: str | None = N
     ``progress``: anything with tqdm's ``update(n)``; ``measure_memory``: also run one more step under the
     memory profiler, after the results are taken, and report its peak above the resting state.
     """
-    device = rank_device(dist.get_backend(), rank)
+    device = my_device()  # the GPU of this machine's local rank (the global rank may name none)
     X, y = (t.to(device) for t in load_digits())
     model, optimizer, schedule, scaler = make_training(recipe, device)
     torch.manual_seed(recipe.seed * 1000 + rank)  # each rank its own dropout masks
