@@ -56,13 +56,14 @@ hub-down:
 bench: env
 	$(PY) -m bench.grading
 
-## gpu-evidence: record the GPU results the lessons show (needs a CUDA machine)
-gpu-evidence: env
-	$(PY) -m bench.gpu_evidence
+## gpu-evidence: record the GPU results the lessons show, on a CUDA machine, with any python3 that holds torch
+## (installs nothing; OUT=folder for the results and log, default bench/results; ≤ 8 minutes)
+gpu-evidence:
+	$(PYTHON) -m bench.gpu_evidence --out $(or $(OUT),bench/results)
 
-## gpu-evidence-dry: the same sections on the CPU (gloo, tiny sizes), written to a temporary folder
+## gpu-evidence-dry: the same command on the CPU (gloo, tiny sizes), into OUT (default /tmp/gpu-evidence-dry)
 gpu-evidence-dry: env
-	$(PY) -m bench.gpu_evidence --dry-run
+	$(PY) -m bench.gpu_evidence --dry-run --out $(or $(OUT),/tmp/gpu-evidence-dry)
 
 clean:
 	rm -rf autograder/course/gradebook.db autograder/course/submitted autograder/course/autograded \

@@ -1,12 +1,15 @@
-"""GPU evidence from one device: Lesson 1 (accumulation: memory vs micro-batch) and Lesson 2 (mixed precision)."""
+"""GPU evidence one GPU can give: Lesson 1 (accumulation: memory and time vs micro-batch), Lesson 2 (mixed
+precision) and Lesson 6 (model FLOPs utilisation of a training step)."""
 import torch
 from torch import nn
 
-from coursekit.amp_bench import GPU_SHAPE, TinyTransformerBlock, amp_rows
+from coursekit.amp_bench import DTYPES, GPU_SHAPE, TinyTransformerBlock, amp_rows, matmul_ms
+from coursekit.dist import my_device
+from coursekit.flops import step_mfu
 from coursekit.memory import profile_memory
 from coursekit.timing import time_call
 
-from .evidence_common import Plan, mib, my_device
+from .evidence_common import Plan, mib
 
 
 def _accumulation_rows(rank, world_size, shape, effective_batch, micro_batches, repeat):
@@ -39,7 +42,7 @@ def lesson1_accumulation(plan: Plan) -> dict:
     rows = plan.run(_accumulation_rows, 1, shape, effective, micro, plan.size(5, 1))[0]
     return {"rows": rows,
             "setup": f"one pre-norm transformer block {shape}, fp32, effective batch {effective}, "
-                     "peak above the resting state during one accumulation window",
+                     "peak above the resting state during one accumulation window, median of the window times",
             "notes": "Memory falls with the micro-batch (activations), time per window rises as micro-batches "
                      "get too small to fill the GPU: the trade Lesson 1 measures on the CPU."}
 
@@ -54,5 +57,34 @@ def lesson2_amp(plan: Plan) -> dict:
     rows = plan.run(_amp_rows, 1, shape, matmul_n, plan.size(5, 1))[0]
     return {"rows": rows,
             "setup": f"coursekit.amp_bench.amp_rows on one device, shape {shape}, matmul {matmul_n}²; "
-                     "float16 uses a GradScaler",
-            "notes": "time and memory ratios are relative to float32 on the same device"}
+                     "float16 uses a GradScaler; held after forward = what the forward pass keeps for the "
+                     "backward (activations and autocast's 16-bit weight copies)",
+            "notes": "time and memory ratios are relative to float32 on the same device (TF32 off, PyTorch's "
+                     "default for matrix products)"}
+
+
+def _mfu_rows(rank, world_size, shape, matmul_n, repeat):
+    device = my_device()
+    rows = []
+    for dtype in DTYPES.values():
+        row = step_mfu(dtype, device, repeat=repeat, **shape)
+        matmul_s = matmul_ms(matmul_n, dtype, device, repeat=repeat) / 1e3
+        row[f"matmul {matmul_n}² TFLOP/s"] = 2 * matmul_n**3 / matmul_s / 1e12
+        row["step vs matmul rate"] = row["model TFLOP/s"] / row[f"matmul {matmul_n}² TFLOP/s"]
+        rows.append(row)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the next dtype's activations start from a clean cache
+    return rows
+
+
+def lesson6_mfu(plan: Plan) -> dict:
+    shape = plan.size({"depth": 8, "batch": 8, "seq": 1024, "width": 2048, "heads": 16},
+                      {"depth": 2, "batch": 2, "seq": 8, "width": 32, "heads": 4})
+    matmul_n = plan.size(8192, 64)
+    rows = plan.run(_mfu_rows, 1, shape, matmul_n, plan.size(3, 1))[0]
+    return {"rows": rows,
+            "setup": f"one training step (autocast, SGD; coursekit.flops.step_mfu) of {shape['depth']} transformer "
+                     f"blocks of width {shape['width']}, {shape['batch']} sequences of {shape['seq']} tokens; "
+                     "model FLOPs = tokens × (6 × params + 12 × layers × seq × width)",
+            "notes": "MFU = model FLOP/s ÷ the datasheet's dense 16-bit peak (none for float32: its rate depends on "
+                     "TF32); 'step vs matmul rate' compares with one large matrix product measured on the same GPU"}

@@ -1,115 +1,98 @@
-"""Record every GPU result the course shows, with its provenance: ``python -m bench.gpu_evidence``.
+"""Record every GPU result the lessons show, with its provenance. On a GPU machine, from a plain copy of the
+repository (no virtual environment, no pip, no git: any ``python3`` that holds PyTorch):
 
-On a CUDA machine it runs the GPU path of every lesson and writes ``bench/results/gpu_evidence.json`` (one
-entry per section, the format ``coursekit/recorded.py`` reads) and ``bench/results/gpu_evidence.md`` (a table
-per section), with the GPU, driver, CUDA, NCCL and torch versions, the commit and the date:
+    python3 -m bench.gpu_evidence --out DIR            # every section, on all visible GPUs (make gpu-evidence)
+    python3 -m bench.gpu_evidence --out DIR --only lesson2_amp lesson6_mfu
+    python3 -m bench.gpu_evidence --out DIR --dry-run  # CPU, gloo, tiny sizes: proves the command works here
 
-    python -m bench.gpu_evidence                  # every section, on all visible GPUs
-    python -m bench.gpu_evidence --only lesson2_amp lesson4_pipeline_parallel --ranks 2
-    python -m bench.gpu_evidence --dry-run        # CPU, gloo, tiny sizes: proves the script works
+It writes ``gpu_evidence.json`` (one entry per section, the format ``coursekit/recorded.py`` reads),
+``gpu_evidence.md`` (a table per section) and ``gpu_evidence.log`` (everything the run printed) into DIR, with
+the GPU, driver, CUDA, NCCL, torch and Python versions, the commit and the date. Committed results live in
+``bench/results/``: copy the two result files there (or pass ``--out bench/results``).
 
-Sections already in the results file and not re-run are kept, so a short GPU session can record a few at a
-time. Each section is written as soon as it finishes; a failing section is reported, the others still run,
-and the exit status is non-zero. On a machine without CUDA it says so and exits with status 2 (unless
-``--dry-run``). A dry run writes to a temporary folder (or ``--out``), never to bench/results.
+Bounded: each section gets ``--timeout`` seconds (default 60) and the whole run ``--total-timeout`` (default
+480, the 8 minutes a borrowed GPU machine allows); a section that runs out of time is reported and the others
+still run. The commit comes from ``GPU_EVIDENCE_COMMIT`` when set, else from git; a torch other than the pinned
+one is recorded as a warning next to every result. Sections that need more GPUs than the machine has are
+recorded as "needs ≥ N GPUs; not recorded", and the lessons say so.
+
+This module is the supervisor and imports nothing but the standard library: it runs the recorder
+(``bench.evidence_record``) as a child process, copies its output to the terminal and the log, and stops it at
+the total bound. Sections already in DIR's results file and not re-run are kept, so a short GPU session can
+record a few at a time.
 """
 import argparse
 import datetime
 import json
 import os
-import platform
+import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
-import traceback
 from pathlib import Path
-
-# Ask NVML, not the CUDA runtime, whether GPUs exist: cuInit in this process could break CUDA in forked ranks.
-os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-
-import torch  # noqa: E402
-
-from coursekit.amp_bench import SECTION as AMP_SECTION  # noqa: E402
-from coursekit.dist import launch  # noqa: E402
-
-from .evidence_common import Plan  # noqa: E402
-from .evidence_parallel import lesson3_allreduce, lesson3_data_parallel, lesson5_fsdp_zero, lesson6_comm_share  # noqa: E402
-from .evidence_pipeline import lesson4_pipeline_parallel  # noqa: E402
-from .evidence_single import lesson1_accumulation, lesson2_amp  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
+RESULT_FILES = ("gpu_evidence.json", "gpu_evidence.md")
+LOG = "gpu_evidence.log"
+LOG_LIMIT = 2 << 20  # bytes: the log stays small enough to come back from a borrowed machine
+GRACE_S = 20  # after the total bound, before the recorder is killed: it stops on its own first
 
-# name: (title, function). The names are what the lessons pass to coursekit.recorded.show_recorded.
+# name: (title, GPUs the section needs, module of bench that measures it). The names are what the lessons pass
+# to coursekit.recorded.show_recorded; each module has a function of the same name.
 SECTIONS = {
-    "lesson1_accumulation": ("Gradient accumulation: peak memory and time vs micro-batch", lesson1_accumulation),
-    AMP_SECTION: ("Mixed precision: transformer-block step time and memory, fp32/bf16/fp16", lesson2_amp),
-    "lesson3_allreduce": ("NCCL all-reduce: bus bandwidth vs message size", lesson3_allreduce),
-    "lesson3_data_parallel": ("DDP scaling over the visible GPUs", lesson3_data_parallel),
-    "lesson4_pipeline_parallel": ("GPipe bubble: measured vs (p-1)/(m+p-1)", lesson4_pipeline_parallel),
-    "lesson5_fsdp_zero": ("FSDP2 vs DDP: memory per rank", lesson5_fsdp_zero),
-    "lesson6_comm_share": ("Where a DDP step's time goes: compute, communication, idle", lesson6_comm_share),
+    "lesson1_accumulation": ("Gradient accumulation: peak memory and time vs micro-batch", 1, "evidence_single"),
+    "lesson2_amp": ("Mixed precision: transformer-block step time and memory, fp32/bf16/fp16", 1, "evidence_single"),
+    "lesson3_allreduce": ("NCCL all-reduce: bus bandwidth vs message size", 2, "evidence_parallel"),
+    "lesson3_data_parallel": ("DDP scaling over the visible GPUs", 2, "evidence_parallel"),
+    "lesson4_pipeline_parallel": ("GPipe bubble: measured vs (p-1)/(m+p-1)", 2, "evidence_pipeline"),
+    "lesson5_fsdp_zero": ("DDP, ZeRO-1 and FSDP2: memory per rank", 2, "evidence_parallel"),
+    "lesson6_comm_share": ("Where a DDP step's time goes: compute, communication, idle", 1, "evidence_parallel"),
+    "lesson6_mfu": ("Model FLOPs utilisation of a transformer training step", 1, "evidence_single"),
 }
 
 
-def _command(*args) -> str:
-    try:
-        return subprocess.run(args, capture_output=True, text=True, timeout=30, cwd=REPO).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python3 -m bench.gpu_evidence", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for the results and the log")
+    parser.add_argument("--dry-run", action="store_true", help="run every section on the CPU with tiny sizes")
+    parser.add_argument("--only", nargs="+", choices=list(SECTIONS), help="run only these sections")
+    parser.add_argument("--ranks", type=int, help="GPUs to use (default: all visible; dry run: 2 CPU ranks)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per section (default 60)")
+    parser.add_argument("--total-timeout", type=float, default=480.0, help="seconds for the whole run (default 480)")
+    return parser.parse_args(argv)
 
 
-def _device_facts(rank, world_size):
-    """Asked inside a forked rank: the recorder's own process must not create a CUDA context."""
-    if not torch.cuda.is_available():
-        return {"device": f"CPU {platform.machine()}, {os.cpu_count()} cores", "cuda": None, "nccl": None}
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    major, minor = torch.cuda.get_device_capability(0)
-    return {"device": names[0], "gpus": names, "capability": f"{major}.{minor}", "cuda": torch.version.cuda,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-            "memory GiB": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)}
-
-
-def provenance(plan: Plan) -> dict:
-    facts = launch(_device_facts, 1, backend="gloo", timeout=120)[0]
-    driver = _command("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").splitlines()
-    label = f"{facts['device']} ×{plan.ranks}"
-    if plan.dry_run:
-        label = f"DRY RUN on CPU ({plan.ranks} gloo ranks, tiny sizes): NOT GPU evidence"
-    return {**facts, "label": label, "driver": driver[0] if driver else None, "torch": torch.__version__,
-            "python": platform.python_version(), "commit": _command("git", "rev-parse", "--short", "HEAD") or None,
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-            "command": "python -m bench.gpu_evidence " + " ".join(sys.argv[1:]), "dry_run": plan.dry_run,
-            "ranks": plan.ranks}
-
+# ---- the results files (written by the recorder after every section) ---------------------------------------
 
 def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
-    return "" if value is None else str(value)
+    return "—" if value is None else str(value)
 
 
 def markdown(results: dict) -> str:
     prov = results.get("provenance", {})
     lines = ["# Recorded GPU results", "",
-             "Written by `python -m bench.gpu_evidence`; the lessons show these as *recorded*, never as computed on "
-             "the reader's machine.", "",
-             "| provenance | |", "|---|---|"]
+             "Written by `python3 -m bench.gpu_evidence`; the lessons show these as *recorded*, never as computed "
+             "on the reader's machine.", "", "| provenance | |", "|---|---|"]
     lines += [f"| {k} | {_cell(v)} |" for k, v in prov.items()]
-    for name, (title, _) in SECTIONS.items():
+    for name, (title, _, _) in SECTIONS.items():
         entry = results.get(name)
-        if not entry:
+        if not isinstance(entry, dict):
             continue
         lines += ["", f"## {title} (`{name}`)", "",
-                  f"{entry['device']} · torch {entry['torch']} · CUDA {entry.get('cuda')} · "
-                  f"driver {entry.get('driver')} · {entry['date']}", ""]
+                  f"{entry.get('device')} · torch {entry.get('torch')} · CUDA {entry.get('cuda')} · "
+                  f"driver {entry.get('driver')} · {entry.get('date')}", ""]
+        if entry.get("needs GPUs"):
+            lines += [f"needs ≥ {entry['needs GPUs']} GPUs; not recorded ({entry.get('gpus')} visible)"]
         rows = entry.get("rows") or []
         if rows:
             columns = list(dict.fromkeys(k for r in rows for k in r))
             lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
             lines += ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows]
-        for key in ("setup", "notes"):
+        for key in ("setup", "notes", "warning"):
             if entry.get(key):
                 lines += ["", f"*{key}:* {entry[key]}"]
     return "\n".join(lines) + "\n"
@@ -124,60 +107,65 @@ def write(results: dict, out: Path) -> None:
         os.replace(partial, out / name)  # never a half-written results file
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dry-run", action="store_true", help="run every section on the CPU with tiny sizes")
-    parser.add_argument("--only", nargs="+", choices=list(SECTIONS), help="run only these sections")
-    parser.add_argument("--ranks", type=int, help="GPUs to use (default: all visible; dry run: 2 CPU ranks)")
-    parser.add_argument("--out", type=Path, help="output folder (default: bench/results; dry run: a temp folder)")
-    args = parser.parse_args(argv)
+# ---- the supervisor ------------------------------------------------------------------------------------------
 
-    if not args.dry_run and not torch.cuda.is_available():
-        print(f"No CUDA GPU is visible (torch {torch.__version__}, built for CUDA {torch.version.cuda}). "
-              "GPU evidence can only be recorded on a CUDA machine; nothing was written.\n"
-              "To check that this script works here, run: python -m bench.gpu_evidence --dry-run", file=sys.stderr)
-        return 2
-    visible = 2 if args.dry_run else torch.cuda.device_count()
-    ranks = args.ranks or visible
-    if ranks < 1 or (not args.dry_run and ranks > visible):
-        print(f"--ranks must be between 1 and the {visible} visible GPU(s)", file=sys.stderr)
-        return 2
-    plan = Plan(dry_run=args.dry_run, ranks=ranks)
-    out = args.out or (Path(tempfile.mkdtemp(prefix="gpu_evidence_dry_")) if args.dry_run else RESULTS)
-    if args.dry_run and out.resolve() == RESULTS.resolve():
+class Log:
+    """Copies the recorder's output to the terminal and to the log file (up to LOG_LIMIT bytes)."""
+
+    def __init__(self, path: Path):
+        self.file, self.written = path.open("w", encoding="utf-8", errors="replace"), 0
+
+    def line(self, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        size = len(text.encode("utf-8", errors="replace"))
+        if self.written < LOG_LIMIT:
+            self.file.write(text if self.written + size < LOG_LIMIT else "[log truncated here]\n")
+            self.file.flush()
+            self.written += size
+
+    def follow(self, stream) -> None:
+        for raw in iter(stream.readline, b""):
+            self.line(raw.decode("utf-8", errors="replace"))
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    out = args.out.resolve()
+    if args.dry_run and out == RESULTS.resolve():
         print("a dry run never writes to bench/results: choose another --out", file=sys.stderr)
         return 2
-
-    prov = provenance(plan)
-    print(f"Recording on {prov['label']} · torch {prov['torch']} · CUDA {prov.get('cuda')} · "
-          f"driver {prov.get('driver')} → {out}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    log = Log(out / LOG)
+    log.line(f"[{_stamp()}] python3 -m bench.gpu_evidence {' '.join(argv)}\n")
+    started = time.monotonic()
+    recorder = subprocess.Popen([sys.executable, "-u", "-m", "bench.evidence_record", *argv], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    follower = threading.Thread(target=log.follow, args=(recorder.stdout,), daemon=True)
+    follower.start()
     try:
-        results = json.loads((out / "gpu_evidence.json").read_text())
-    except (OSError, ValueError):
-        results = {}
-    results["provenance"] = prov
-    failed = []
-    for name in args.only or list(SECTIONS):
-        title, measure = SECTIONS[name]
-        started = time.perf_counter()
-        print(f"[{name}] {title} …", flush=True)
-        try:
-            entry = measure(plan)
-        except Exception:  # one failing section must not cost the others their GPU time
-            failed.append(name)
-            print(f"[{name}] FAILED:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
-            continue
-        results[name] = {"device": prov["label"], "torch": prov["torch"], "date": prov["date"],
-                         "cuda": prov.get("cuda"), "driver": prov.get("driver"), "rows": entry["rows"],
-                         "setup": entry["setup"], "notes": entry["notes"]}
-        write(results, out)
-        print(f"[{name}] {len(entry['rows'])} rows in {time.perf_counter() - started:.1f} s", flush=True)
-    write(results, out)
-    print(f"wrote {out / 'gpu_evidence.json'} and {out / 'gpu_evidence.md'}")
-    if failed:
-        print(f"sections that failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+        code = recorder.wait(timeout=args.total_timeout + GRACE_S)
+    except subprocess.TimeoutExpired:  # hung in something no per-section bound reached: stop it and its ranks
+        code = 124
+        log.line(f"[{_stamp()}] stopped: the run passed its total bound of {args.total_timeout:.0f} s\n")
+    finally:  # also on Ctrl-C: the recorder runs in its own session, so the terminal's signal never reaches it
+        if recorder.poll() is None:
+            os.killpg(recorder.pid, signal.SIGKILL)
+            recorder.wait()
+    follower.join(timeout=5)
+    if not all((out / name).exists() for name in RESULT_FILES):  # the recorder never got to write: say why
+        write({"provenance": {"error": f"the recorder wrote no results (exit status {code}); see {LOG}",
+                              "command": "python3 -m bench.gpu_evidence " + " ".join(argv), "date": _stamp()}}, out)
+    sizes = ", ".join(f"{name} {(out / name).stat().st_size / 1024:.0f} KiB" for name in (*RESULT_FILES, LOG))
+    log.line(f"[{_stamp()}] done in {time.monotonic() - started:.0f} s, exit status {code}: {out}: {sizes}\n")
+    log.file.close()
+    return code
 
 
 if __name__ == "__main__":
