@@ -233,15 +233,25 @@ def averaging_problem(ranks: list[dict], n: int, label: str) -> str | None:
     return None
 
 
-def ranks_are_genuine(got: dict, want: dict) -> str | None:
-    """The evidence: each rank's first local gradient, computed by the grader's loop before the student's
-    function ran, equals the reference's. Only the real run on the seeded problem gives it."""
+def ranks_really_averaged(got: dict, want: dict) -> str | None:
+    """The evidence, in two parts. Each rank's first local gradient, computed by the grader's loop before the
+    student's function ran, equals the reference's: only the real run on the seeded problem gives it. And after
+    the first call some rank holds a gradient that is not a multiple of its own: gradients were combined across
+    ranks. A function that does nothing (or only scales) passes no check, however vacuously true."""
     mine, theirs = got["ranks"], want["ranks"]
-    if len(mine) == len(theirs) and all(
+    if len(mine) != len(theirs) or not all(
             close(flat(g["calls"][0]["grads_before"]), flat(w["calls"][0]["grads_before"]), atol=GRAD_ATOL)
             for g, w in zip(mine, theirs)):
-        return None
-    return "the ranks' own gradients differ from the grader's seeded problem."
+        return "the ranks' own gradients differ from the grader's seeded problem."
+    for r in mine:
+        before, after = flat(r["calls"][0]["grads_before"]), flat(r["calls"][0]["grads_after"])
+        if len(after) != len(before):
+            return None  # it changed which parameters have a gradient: not nothing (other checks judge it)
+        factor = scale_factor(after, before)
+        if factor is not None and not close(after, [factor * b for b in before], atol=GRAD_ATOL, rtol=1e-5):
+            return None
+    return (f"when {want['case']['what']}, every rank still holds its own gradient (or a multiple of it) after your "
+            "function: it combined nothing across ranks.")
 
 
 # ---- the checks ----------------------------------------------------------------------------
@@ -329,7 +339,7 @@ EXERCISE = Exercise(
     notebook="03_data_parallel.ipynb",
     observe=observe,
     observe_reference=observe_reference,
-    evidence=ranks_are_genuine,
+    evidence=ranks_really_averaged,
     timeout_s=60,  # three launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each
     checks=[
         Check("Every rank holds the same gradients after the call (all-reduce, not reduce)", 2,

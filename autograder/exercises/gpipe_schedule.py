@@ -28,9 +28,14 @@ def held_out_cases(salt: int) -> tuple[list, list]:
 
 
 def cases(salt: int) -> dict[str, dict]:
+    """Scenarios ``main_0``.. and ``edge_0``..: the public (p, m) for salt 0, held-out ones for any other salt."""
     main, edges = (MAIN_CASES, EDGE_CASES) if salt == 0 else held_out_cases(salt)
-    return {f"{p}x{m}": {"what": f"called with {_what(p, m)}", "num_stages": p, "num_microbatches": m, "edge": edge}
-            for edge, pairs in ((False, main), (True, edges)) for p, m in pairs}
+    return {f"{kind}_{i}": {"what": f"called with {_what(p, m)}", "num_stages": p, "num_microbatches": m}
+            for kind, pairs in (("main", main), ("edge", edges)) for i, (p, m) in enumerate(pairs)}
+
+
+MAIN = tuple(f"main_{i}" for i in range(len(MAIN_CASES)))
+EDGES = tuple(f"edge_{i}" for i in range(len(EDGE_CASES)))
 
 
 # ---- observing: the returned value as plain data -------------------------------------------
@@ -65,21 +70,16 @@ def _what(p, m):
     return f"num_stages={p}, num_microbatches={m}"
 
 
-def main_cases(reference) -> list[tuple[int, int]]:
-    return [(c["num_stages"], c["num_microbatches"]) for c in _cases(reference) if not c["edge"]]
+def sizes(reference, key) -> tuple[int, int]:
+    """(num_stages, num_microbatches) of a scenario, as the reference observed it."""
+    c = case(reference, key)
+    return c["num_stages"], c["num_microbatches"]
 
 
-def edge_cases(reference) -> list[tuple[int, int]]:
-    return [(c["num_stages"], c["num_microbatches"]) for c in _cases(reference) if c["edge"]]
-
-
-def _cases(reference):
-    return [case(reference, key) for key in reference["scenarios"]]
-
-
-def read_table(student, p, m):
-    """The student's table for (p, m) as a list of steps of (kind, j) / None, or a ScenarioError."""
-    data = scenario(student, f"{p}x{m}", f"called with {_what(p, m)}")
+def read_table(student, reference, key):
+    """The student's table for the scenario as a list of steps of (kind, j) / None, or a ScenarioError."""
+    p, m = sizes(reference, key)
+    data = scenario(student, key, f"called with {_what(p, m)}")
     if data.get("type") != "list":
         raise ScenarioError(f"With {_what(p, m)} your function returned a {data.get('type')}, "
                             "not a list of time steps.")
@@ -119,15 +119,28 @@ def when_ops_run(table, p, m):
 
 # ---- the checks ----------------------------------------------------------------------------
 
+def all_ops_appear(got: dict, want: dict) -> str | None:
+    """The evidence: the table holds the forward and the backward of every micro-batch of this scenario (on some
+    stage). A constant table, or none, cannot: it shows the function worked from num_microbatches."""
+    m = want["case"]["num_microbatches"]
+    table = got.get("table") if got.get("type") == "list" else None
+    seen = {(slot[0], slot[1]) for step in table if isinstance(step, list) for slot in step
+            if isinstance(slot, list) and len(slot) == 2 and type(slot[1]) is int} if isinstance(table, list) else set()
+    if all((kind, j) in seen for kind in "FB" for j in range(m)):
+        return None
+    return f"when {want['case']['what']}, your table does not hold the forward and the backward of every micro-batch."
+
+
 def check_format(student, reference):
-    for p, m in main_cases(reference) + edge_cases(reference):
-        read_table(student, p, m)
+    for key in MAIN + EDGES:
+        read_table(student, reference, key)
     return None
 
 
 def check_every_op_once(student, reference):
-    for p, m in main_cases(reference):
-        times = when_ops_run(read_table(student, p, m), p, m)
+    for key in MAIN:
+        p, m = sizes(reference, key)
+        times = when_ops_run(read_table(student, reference, key), p, m)
         for (kind, s, j), ts in times.items():
             if len(ts) != 1:
                 word = "never runs" if not ts else f"runs {len(ts)} times (at steps {ts[:4]})"
@@ -137,8 +150,9 @@ def check_every_op_once(student, reference):
 
 
 def check_dependencies(student, reference):
-    for p, m in main_cases(reference):
-        times = when_ops_run(read_table(student, p, m), p, m)
+    for key in MAIN:
+        p, m = sizes(reference, key)
+        times = when_ops_run(read_table(student, reference, key), p, m)
         first = {op: min(ts) for op, ts in times.items() if ts}
         for (kind, s, j), t in sorted(first.items(), key=lambda item: item[1]):
             needs = []
@@ -157,8 +171,9 @@ def check_dependencies(student, reference):
 
 
 def check_gpipe_order(student, reference):
-    for p, m in main_cases(reference):
-        table = read_table(student, p, m)
+    for key in MAIN:
+        p, m = sizes(reference, key)
+        table = read_table(student, reference, key)
         for s in range(p):
             kinds = [step[s][0] for step in table if step[s] is not None]
             if "B" in kinds and "F" in kinds[kinds.index("B"):]:
@@ -169,8 +184,9 @@ def check_gpipe_order(student, reference):
 
 
 def check_minimal_length(student, reference):
-    for p, m in main_cases(reference):
-        table = read_table(student, p, m)
+    for key in MAIN:
+        p, m = sizes(reference, key)
+        table = read_table(student, reference, key)
         want = 2 * (m + p - 1)
         if len(table) != want:
             return (f"With {_what(p, m)} your table has {len(table)} time steps; the shortest GPipe schedule has "
@@ -179,8 +195,9 @@ def check_minimal_length(student, reference):
 
 
 def check_bubble(student, reference):
-    for p, m in main_cases(reference):
-        table = read_table(student, p, m)
+    for key in MAIN:
+        p, m = sizes(reference, key)
+        table = read_table(student, reference, key)
         idle = sum(slot is None for step in table for slot in step)
         busy = sum(slot is not None for step in table for slot in step)
         fraction = idle / (idle + busy) if idle + busy else 1.0
@@ -191,11 +208,12 @@ def check_bubble(student, reference):
     return None
 
 
-def _matches(student, reference, cases):
-    for p, m in cases:
-        table = [[list(slot) if slot else None for slot in step] for step in read_table(student, p, m)]
-        if table not in reference["accepted"][f"{p}x{m}"]:
-            ref = reference["accepted"][f"{p}x{m}"][0]
+def _matches(student, reference, keys):
+    for key in keys:
+        p, m = sizes(reference, key)
+        table = [[list(slot) if slot else None for slot in step] for step in read_table(student, reference, key)]
+        if table not in reference["accepted"][key]:
+            ref = reference["accepted"][key][0]
             for t, (got, want) in enumerate(zip(table, ref)):
                 if got != want:
                     shown = [tuple(x) if x else None for x in want]
@@ -206,11 +224,11 @@ def _matches(student, reference, cases):
 
 
 def check_reference(student, reference):
-    return _matches(student, reference, main_cases(reference))
+    return _matches(student, reference, MAIN)
 
 
 def check_edges(student, reference):
-    return _matches(student, reference, edge_cases(reference))
+    return _matches(student, reference, EDGES)
 
 
 EXERCISE = Exercise(
@@ -218,16 +236,18 @@ EXERCISE = Exercise(
     notebook="04_model_pipeline_parallel.ipynb",
     observe=observe,
     observe_reference=observe_reference,
+    evidence=all_ops_appear,
     timeout_s=30,
     checks=[
         Check("Returns the documented table: time steps of num_stages slots (None, ('F', j) or ('B', j))", 1,
-              check_format),
+              check_format, evidence=MAIN),
         Check("Runs every forward and every backward exactly once on every stage", 2, check_every_op_once),
         Check("Respects the dependencies between stages and between a forward and its backward", 2,
-              check_dependencies),
-        Check("Keeps GPipe's order: every stage finishes its forwards before its backwards", 1, check_gpipe_order),
-        Check("Is as short as possible: 2(m + p - 1) time steps", 1, check_minimal_length),
-        Check("Has the bubble (p - 1)/(m + p - 1) of idle stage-steps", 1, check_bubble),
+              check_dependencies, evidence=MAIN),
+        Check("Keeps GPipe's order: every stage finishes its forwards before its backwards", 1, check_gpipe_order,
+              evidence=MAIN),
+        Check("Is as short as possible: 2(m + p - 1) time steps", 1, check_minimal_length, evidence=MAIN),
+        Check("Has the bubble (p - 1)/(m + p - 1) of idle stage-steps", 1, check_bubble, evidence=MAIN),
         Check("Matches the reference schedule step by step (including hidden cases)", 2, check_reference),
         Check("Handles the edge cases: one stage, one micro-batch", 1, check_edges),
     ],

@@ -189,6 +189,16 @@ def roles(reference):
     return [role for role in reference["scenarios"] if role != "invalid"]
 
 
+def some_bytes_right(got: dict, want: dict) -> str | None:
+    """The evidence: for some stage the function returned the reference's bytes (in bytes, GB or GiB) for this
+    scenario's numbers. A constant, or a function that only raises, cannot."""
+    for mine, theirs in zip(got["calls"], want["calls"]):
+        value = mine.get("value") if isinstance(mine, dict) else None
+        if isinstance(value, (int, float)) and any(_close(value * unit, theirs["value"]) for unit in (1, 1e9, 2**30)):
+            return None
+    return f"when {want['case']['what']}, your function returned the right number of bytes for no stage."
+
+
 def check_paper(student, reference):
     for stage in STAGES:
         got, want = value(student, reference, "paper", stage), value(reference, reference, "paper", stage)
@@ -240,20 +250,25 @@ def check_invalid(student, reference):
     return None
 
 
+# Where a check that reads types or exceptions, or public numbers (the paper's), finds its evidence: a held-out case.
+EVIDENCE = ("even",)
+
 EXERCISE = Exercise(
     name="zero_memory_per_rank",
     notebook="05_fsdp_zero.ipynb",
     observe=observe,
+    evidence=some_bytes_right,
     timeout_s=30,
     checks=[
-        Check("Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank", 2, check_paper),
-        Check("Returns the bytes as a number", 1, check_number),
+        Check("Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank", 2, check_paper,
+              evidence=EVIDENCE),
+        Check("Returns the bytes as a number", 1, check_number, evidence=EVIDENCE),
         Check("Stage 0 (plain data parallel) divides nothing by the world size", 1, check_stage(0)),
         Check("Stage 1 shards only the optimizer state", 1, check_stage(1)),
         Check("Stage 2 shards gradients and optimizer state, not the weights", 1, check_stage(2)),
         Check("Stage 3 shards weights, gradients and optimizer state", 1, check_stage(3)),
         Check("Divides exactly when the world size does not divide the bytes (odd world sizes)", 1, check_exact),
         Check("Uses bytes_per_param for weights, gradients and optimizer state", 1, check_layout),
-        Check("Rejects a stage outside 0-3 with ValueError", 1, check_invalid),
+        Check("Rejects a stage outside 0-3 with ValueError", 1, check_invalid, evidence=EVIDENCE),
     ],
 )

@@ -4,6 +4,7 @@ Each entry is the source of the student's exercise cell (run after the notebook'
 imports torch, torch.distributed as dist and nn). A wrong entry names the checks (by a phrase of
 their title) that must fail for it.
 """
+from variants import EVERY_CHECK
 
 CORRECT = {
     "per_parameter_sum_then_divide": '''
@@ -143,7 +144,7 @@ p.grad /= world_size
     "averages_parameters": (_loop('''
 dist.all_reduce(p.data)
 p.data /= world_size
-'''), ["same gradients", "the average", "never the parameters", "matches DDP"]),
+'''), EVERY_CHECK),  # it leaves every gradient as it was
     "reduces_to_rank_zero": (_loop('''
 if p.grad is not None:
     dist.reduce(p.grad, dst=0)
@@ -158,7 +159,7 @@ if p.grad is not None:
     g = p.grad.clone()
     dist.all_reduce(g)
     g /= world_size
-'''), ["same gradients", "the average", "matches DDP"]),
+'''), EVERY_CHECK),  # it leaves every gradient as it was
     "deadlocks_rank_one": ('''
 import torch
 
@@ -170,6 +171,10 @@ def average_gradients(model):
             dist.all_reduce(p.grad)
             p.grad /= dist.get_world_size()
 ''', ["same gradients", "the average", "real world size", "without a gradient", "matches DDP"]),
+    "does_nothing": ('''
+def average_gradients(model):
+    pass
+''', EVERY_CHECK),
     "not_implemented": ('''
 def average_gradients(model):
     # YOUR CODE HERE

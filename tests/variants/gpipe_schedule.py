@@ -3,6 +3,7 @@
 Each entry is the source of the student's exercise cell. A wrong entry names the checks (by a
 phrase of their title) that must fail for it.
 """
+from variants import EVERY_CHECK
 
 CORRECT = {
     "closed_form": '''
@@ -186,6 +187,14 @@ def gpipe_schedule(num_stages, num_microbatches):
 def gpipe_schedule(num_stages, num_microbatches):
     return {(s, j): s + j for s in range(num_stages) for j in range(num_microbatches)}
 ''', ["documented table", "reference"]),
+    "returns_an_empty_table": ('''
+def gpipe_schedule(num_stages, num_microbatches):
+    return []
+''', EVERY_CHECK),
+    "idle_steps_of_the_right_length": ('''
+def gpipe_schedule(num_stages, num_microbatches):
+    return [[None] * num_stages for _ in range(2 * (num_microbatches + num_stages - 1))]
+''', EVERY_CHECK),
     "not_implemented": ('''
 def gpipe_schedule(num_stages, num_microbatches):
     # YOUR CODE HERE

@@ -5,6 +5,7 @@ phrase of their title) that must fail for it. The grader observes on the CPU, an
 GPU when there is one; every entry here is judged on the CPU (a mistake that only shows on a GPU,
 such as `torch.autocast("cpu", ...)` hard-coded or inputs left on the CPU, cannot be tested here).
 """
+from variants import EVERY_CHECK
 
 CORRECT = {
     "reference_style": '''
@@ -256,6 +257,11 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     "returns_nothing": (_variant(ret="None"), ["Returns the model"]),
     "returns_a_copy": (_variant(ret="copy.deepcopy(model)").replace("\ndef", "\nimport copy\n\ndef", 1),
                        ["Returns the model"]),
+    "returns_the_model_untrained": ('''
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+    model.train()
+    return model
+''', EVERY_CHECK),
     "not_implemented": ('''
 def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     # YOUR CODE HERE

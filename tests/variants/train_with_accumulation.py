@@ -3,6 +3,7 @@
 Each entry is the source of the student's exercise cell. A wrong entry names the checks (by a
 phrase of their title) that must fail for it.
 """
+from variants import EVERY_CHECK
 
 CORRECT = {
     "seed_style": '''
@@ -252,6 +253,10 @@ def train_with_accumulation(model, dataloader, optimizer, criterion, accumulatio
             opt.zero_grad()
     return total / len(dataloader)
 ''', ["Steps once every", "Final parameters"]),
+    "returns_the_printed_constant": ('''
+def train_with_accumulation(model, dataloader, optimizer, criterion, accumulation_steps=4):
+    return 1.452745  # what the test cell used to print as "expected" (issue 15: a constant earned a point)
+''', EVERY_CHECK),
     "not_implemented": ('''
 def train_with_accumulation(model, dataloader, optimizer, criterion, accumulation_steps=4):
     # YOUR CODE HERE

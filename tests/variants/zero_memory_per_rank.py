@@ -3,6 +3,7 @@
 Each entry is the source of the student's exercise cell. A wrong entry names the checks (by a
 phrase of their title) that must fail for it.
 """
+from variants import EVERY_CHECK
 
 CORRECT = {
     "if_chain": '''
@@ -128,6 +129,16 @@ def zero_memory_per_rank(num_params, world_size, stage, bytes_per_param=(2, 2, 1
     else:
         return (w + g + k) * num_params / world_size
 ''', ["ValueError"]),
+    "always_raises_value_error": ('''
+def zero_memory_per_rank(num_params, world_size, stage, bytes_per_param=(2, 2, 12)):
+    raise ValueError("not written yet")
+''', EVERY_CHECK),
+    "returns_zero": ('''
+def zero_memory_per_rank(num_params, world_size, stage, bytes_per_param=(2, 2, 12)):
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(stage)
+    return 0
+''', EVERY_CHECK),
     "not_implemented": ('''
 def zero_memory_per_rank(num_params, world_size, stage, bytes_per_param=(2, 2, 12)):
     # YOUR CODE HERE
