@@ -5,10 +5,14 @@ The variants live in tests/variants/<exercise>.py; each wrong one names the chec
 ``EVERY_CHECK`` when it must score 0 in total (a constant, a function that does nothing).
 """
 import importlib
+import json
 
 import pytest
-from conftest import grade_source, variant_modules
+from conftest import grade_source, reference_observation, variant_modules
 from variants import EVERY_CHECK
+
+from autograder.exercises import get_exercise
+from autograder.observations import load_recorded
 
 HELD_OUT_SALTS = (1, 2)  # any non-zero salt works; these two are checked on every variant
 SALTS = (0, *HELD_OUT_SALTS)
@@ -40,6 +44,16 @@ def test_variant(exercise, kind, name, salt):
 
 
 @pytest.mark.parametrize("exercise", sorted(variant_modules()))
+def test_replaying_the_shipped_reference_earns_nothing(exercise):
+    """The student kit ships the reference's observation of the public scenarios. Replayed as a student's
+    observation against held-out scenarios (what a student who replaces `observe` could send), it earns nothing."""
+    shipped = load_recorded(exercise).observation
+    for salt in HELD_OUT_SALTS:
+        results = get_exercise(exercise).grade(shipped, reference_observation(exercise, salt))
+        assert [r.title for r in results if r.score] == [], f"salt {salt}"
+
+
+@pytest.mark.parametrize("exercise", sorted(variant_modules()))
 def test_salts_give_their_own_scenarios(exercise):
     """Salt 0 is the public scenarios; each other salt gives other ones, the same on every call."""
     cases = importlib.import_module(f"autograder.exercises.{exercise}").cases
@@ -47,6 +61,29 @@ def test_salts_give_their_own_scenarios(exercise):
     seen = [cases(salt) for salt in (0, *HELD_OUT_SALTS, 12345)]
     assert all(a != b for i, a in enumerate(seen) for b in seen[i + 1:])
     assert all(case["what"] for found in seen for case in found.values())
+
+
+@pytest.mark.parametrize("salt", SALTS)
+def test_the_template_exercise_works(salt):
+    """autograder/exercises/_template.py with its suite tests/variants/_template.py: copy both, and they work."""
+    from variants import _template as suite
+
+    from autograder.define import define_function
+    from autograder.exercises._template import EXERCISE
+
+    def observed(source, as_reference=False):
+        fn = define_function([("setup", suite.SETUP), ("cell", source)], EXERCISE.name)
+        observe = EXERCISE.observe_as_reference if as_reference else EXERCISE.observe
+        return json.loads(json.dumps(observe(fn, salt=salt)))
+
+    reference = observed(suite.REFERENCE, as_reference=True)
+    for name, source in suite.CORRECT.items():
+        assert [r.title for r in EXERCISE.grade(observed(source), reference) if not r.passed] == [], name
+    for name, (source, must_fail) in suite.WRONG.items():
+        results = EXERCISE.grade(observed(source), reference)
+        failed = [r.title for r in results if not r.passed]
+        assert failed == [r.title for r in results] if must_fail == EVERY_CHECK else \
+            all(any(phrase in title for title in failed) for phrase in must_fail), name
 
 
 def test_every_exercise_has_variants(course):
