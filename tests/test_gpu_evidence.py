@@ -362,8 +362,6 @@ def test_a_rank_picks_its_gpu_by_local_rank(monkeypatch):
 
 # ---- the grader's CUDA scenarios ---------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="autograder/exercises (exercises engineer): a scenario the reference itself "
-                   "could not run must not cost the student points; remove this mark when that lands")
 def test_a_cuda_scenario_the_reference_could_not_run_costs_nothing():
     """The grader's worker saw a GPU but CUDA failed to start there (bubblewrap hides the device nodes, the 4 GiB
     address-space limit stops cuInit): the reference's and the student's CUDA scenarios both hold that error. A
