@@ -216,9 +216,10 @@ def _matches(student, reference, keys):
             ref = reference["accepted"][key][0]
             for t, (got, want) in enumerate(zip(table, ref)):
                 if got != want:
-                    shown = [tuple(x) if x else None for x in want]
-                    return (f"With {_what(p, m)} time step {t} differs from the reference schedule, which runs "
-                            f"{shown} there (micro-batches in order, each operation as early as possible).")
+                    shown = [tuple(x) if x else None for x in got]
+                    return (f"With {_what(p, m)} your table first departs from the reference schedule at time "
+                            f"step {t}, where it runs {shown}: take the micro-batches in order and start each "
+                            "operation as early as possible.")
             return f"With {_what(p, m)} your table has {len(table)} time steps; the reference has {len(ref)}."
     return None
 

@@ -18,6 +18,7 @@ from ..exercise import (
     describe_exception,
     held_out_rng,
     observation,
+    off_by,
     plain,
     scenario,
 )
@@ -168,7 +169,7 @@ def compare(student, reference, roles, stages):
             got, want = value(student, reference, role, stage), value(reference, reference, role, stage)
             if _close(got, want):
                 continue
-            message = f"For {describe(reference, role, stage)} you return {got:,.1f} bytes, expected {want:,.1f}"
+            message = f"For {describe(reference, role, stage)} you return {got:,.1f} bytes, {off_by(got, want)}"
             layout = c["bytes_per_param"]
             if abs(got - want) <= sum(layout or DEFAULT) + 1:
                 return message + ": a rounding difference; keep the exact quotient (use /, not // or rounding)."
