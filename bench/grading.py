@@ -1,6 +1,8 @@
 """Grading speed: plain serial `nbgrader autograde` against `python -m autograder grade`, side by side.
 
     python -m bench.grading [--students 100] [--nbgrader-sample 3] [--jobs N]
+    python -m bench.grading --students 45 --baseline /tmp/old-checkout --baseline-python PY [--repeat 2]
+
 
 Builds a class of submissions covering every graded notebook — a third correct (the reference), a third
 plausible mistakes (from tests/variants), a third broken (untouched, invalid JSON, deleted cell) — then:
@@ -10,6 +12,11 @@ plausible mistakes (from tests/variants), a third broken (untouched, invalid JSO
   extrapolates its per-student time to the whole class, saying so. `--nbgrader-sample 0` grades them all.
 
 Prints both, the ratio, and the workers' peak memory. Timings come from one run on this machine.
+
+``--baseline CHECKOUT`` also grades the same submissions with another version of the grader (e.g. an older
+commit in a ``git worktree``, run by ``--baseline-python``, a venv whose editable install points there),
+alternating the two ``--repeat`` times so both see the same machine load, and reports the per-student
+times and their ratio (median of the runs); nbgrader is not run then.
 """
 import argparse
 import json
@@ -65,10 +72,11 @@ def build_class(folder: Path, students: int, seed: int = 0) -> dict[str, str]:
     return kinds
 
 
-def time_class_grader(submissions: Path, out: Path, jobs: int) -> dict:
+def time_class_grader(submissions: Path, out: Path, jobs: int, python: str = sys.executable, cwd: Path = REPO) -> dict:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out),
-                    "--jobs", str(jobs), "--fresh"], check=True)
+    subprocess.run([python, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
+                    "--jobs", str(jobs), "--fresh"], check=True, cwd=cwd,
+                   env={**os.environ, "PATH": f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}"})
     run = json.loads((out / "run.json").read_text())
     return {"wall_s": time.perf_counter() - started, **run}
 
@@ -114,7 +122,13 @@ def main() -> None:
     parser.add_argument("--nbgrader-sample", type=int, default=3, help="students nbgrader grades (0: all)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--baseline", type=Path, help="another checkout of the grader to compare with, side by side")
+    parser.add_argument("--baseline-python", default=sys.executable, help="the interpreter that runs --baseline")
+    parser.add_argument("--repeat", type=int, default=2, help="alternating runs of each grader with --baseline")
     args = parser.parse_args()
+    if args.baseline:
+        compare(args)
+        return
 
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
@@ -143,6 +157,30 @@ def main() -> None:
     print(json.dumps(result, indent=2))
     print(f"\n{args.students} submissions: class grader {ours['wall_s']:.0f} s (isolated, {args.jobs} jobs) vs "
           f"serial nbgrader {nbgrader_class_s:.0f} s ({result['nbgrader']['class_s_is']}): {ratio:.1f}x faster")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def compare(args) -> None:
+    """This grader against ``--baseline`` on the same class, alternating, so both see the same load."""
+    import statistics
+
+    runs = {"this": [], "baseline": []}
+    with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
+        tmp = Path(tmp)
+        build_class(tmp / "submissions", args.students)
+        for i in range(args.repeat):
+            for name, python, cwd in (("baseline", args.baseline_python, args.baseline), ("this", sys.executable, REPO)):
+                result = time_class_grader(tmp / "submissions", tmp / f"out-{name}-{i}", args.jobs, python, cwd)
+                runs[name].append(result["wall_s"] / args.students)
+                print(f"run {i + 1} {name}: {result['wall_s']:.1f} s for {args.students} students "
+                      f"({runs[name][-1]:.2f} s per student; isolation: {result['isolation']})", flush=True)
+    median = {k: statistics.median(v) for k, v in runs.items()}
+    result = {"machine": describe_device("cpu"), "students": args.students, "jobs": args.jobs,
+              "per_student_s": {k: [round(x, 3) for x in v] for k, v in runs.items()},
+              "median_per_student_s": {k: round(v, 3) for k, v in median.items()},
+              "ratio_this_to_baseline": round(median["this"] / median["baseline"], 3)}
+    print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 
