@@ -130,14 +130,17 @@ def test_a_section_past_its_time_bound_is_stopped_and_the_others_still_run(tmp_p
     from bench import evidence_record, evidence_single
 
     monkeypatch.setitem(SECTIONS, "hang", ("a section whose ranks never finish", 1, "evidence_single"))
+    monkeypatch.setitem(SECTIONS, "quick", ("a section after it", 1, "evidence_single"))
     monkeypatch.setattr(evidence_single, "hang", lambda plan: plan.run(_sleep_forever, 1), raising=False)
+    monkeypatch.setattr(evidence_single, "quick", lambda plan: {"rows": [{"n": 1}], "setup": "", "notes": ""},
+                        raising=False)
     started = time.monotonic()
     code = evidence_record.main(["--dry-run", "--ranks", "1", "--out", str(tmp_path), "--timeout", "3",
-                                 "--only", "hang", "lesson2_amp"])
+                                 "--only", "hang", "quick"])
     assert code == 1 and time.monotonic() - started < 120
     results = json.loads((tmp_path / "gpu_evidence.json").read_text())
     assert "still running after 3 s" in results["provenance"]["failed"]["hang"]
-    assert "hang" not in results and results["lesson2_amp"]["rows"]
+    assert "hang" not in results and results["quick"]["rows"] == [{"n": 1}]
 
 
 def test_the_supervisor_imports_no_torch_and_the_commit_comes_from_the_environment(tmp_path):
