@@ -57,9 +57,9 @@ bench: env
 	$(PY) -m bench.grading
 
 ## gpu-evidence: record the GPU results the lessons show, on a CUDA machine, with any python3 that holds torch
-## (installs nothing; OUT=folder for the results and log, default bench/results; ≤ 8 minutes)
+## (installs nothing; OUT=folder for the results and log, default coursekit/results; ≤ 8 minutes)
 gpu-evidence:
-	$(PYTHON) -m bench.gpu_evidence --out $(or $(OUT),bench/results)
+	$(PYTHON) -m bench.gpu_evidence --out $(or $(OUT),coursekit/results)
 
 ## gpu-evidence-dry: the same command on the CPU (gloo, tiny sizes), into OUT (default /tmp/gpu-evidence-dry)
 gpu-evidence-dry: env

@@ -127,6 +127,7 @@ packages = ["autograder", "autograder.exercises", "coursekit", "training_at_scal
 
 [tool.setuptools.package-data]
 autograder = ["reference_observations.json"]
+coursekit = ["results/*.json", "results/*.md"]
 training_at_scale_student = ["course/**/*"]
 
 [tool.setuptools.data-files]

@@ -8,7 +8,8 @@ repository (no virtual environment, no pip, no git: any ``python3`` that holds P
 It writes ``gpu_evidence.json`` (one entry per section, the format ``coursekit/recorded.py`` reads),
 ``gpu_evidence.md`` (a table per section) and ``gpu_evidence.log`` (everything the run printed) into DIR, with
 the GPU, driver, CUDA, NCCL, torch and Python versions, the commit and the date. Committed results live in
-``bench/results/``: copy the two result files there (or pass ``--out bench/results``).
+``coursekit/results/`` (package data: the lessons and the student kit read it there): copy the two result files
+there (or pass ``--out coursekit/results``).
 
 Bounded: each section gets ``--timeout`` seconds (default 60) and the whole run ``--total-timeout`` (default
 480, the 8 minutes a borrowed GPU machine allows); a section that runs out of time is reported and the others
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "bench" / "results"
+RESULTS = REPO / "coursekit" / "results"
 RESULT_FILES = ("gpu_evidence.json", "gpu_evidence.md")
 LOG = "gpu_evidence.log"
 LOG_LIMIT = 2 << 20  # bytes: the log stays small enough to come back from a borrowed machine
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     out = args.out.resolve()
     if args.dry_run and out == RESULTS.resolve():
-        print("a dry run never writes to bench/results: choose another --out", file=sys.stderr)
+        print("a dry run never writes to coursekit/results: choose another --out", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / LOG)

@@ -1,6 +1,7 @@
 """GPU results recorded on a real GPU (``python -m bench.gpu_evidence``), shown as *recorded*, never as computed here.
 
-``bench/results/gpu_evidence.json`` holds one entry per section, e.g.::
+``coursekit/results/gpu_evidence.json`` (package data: it ships with the lessons, also in the student kit) holds
+one entry per section, e.g.::
 
     {"lesson3_data_parallel": {"device": "NVIDIA H100 80GB HBM3 ×8", "torch": "2.13.0+cu128",
                                "date": "2026-05-01", "rows": [{"ranks": 1, "samples/s": 81234.0}, ...],
@@ -15,7 +16,7 @@ recorded", or a plain "no GPU results recorded yet" when the file or the section
 import json
 from pathlib import Path
 
-EVIDENCE = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_evidence.json"
+EVIDENCE = Path(__file__).resolve().parent / "results" / "gpu_evidence.json"
 
 
 def load_recorded(section: str) -> dict | None:

@@ -53,7 +53,7 @@ def test_dry_run_writes_results_and_log_into_the_folder_within_its_bounds(tmp_pa
     seconds = time.monotonic() - started
     assert done.returncode == 0, done.stdout + done.stderr
     assert seconds < 240 + 20, f"the dry run took {seconds:.0f} s, past its total bound"
-    assert snapshot(RESULTS) == committed, "a dry run must never touch bench/results"
+    assert snapshot(RESULTS) == committed, "a dry run must never touch coursekit/results"
     for name in ("gpu_evidence.json", "gpu_evidence.md", "gpu_evidence.log"):
         assert 0 < (tmp_path / name).stat().st_size < 4 << 20, name
     log = (tmp_path / "gpu_evidence.log").read_text()

@@ -185,6 +185,8 @@ def test_the_built_kit_holds_no_solution_and_no_instructor_file(student_kit):
         if lesson.is_file() and "__pycache__" not in lesson.parts:
             assert f"training_at_scale_student/course/{lesson.relative_to(REPO / 'notebooks').as_posix()}" in names
     assert not [n for n in names if n.startswith(("solutions/", "tests/", "bench/")) or n.endswith("course.py")]
+    recorded = {p.relative_to(REPO).as_posix() for p in (REPO / "coursekit" / "results").iterdir()}
+    assert recorded and recorded <= set(names), "recorded GPU results must reach the students' lessons"
     assert (student_kit / "README.md").read_text().startswith("# Training at Scale — student kit")
     assert f"./{wheel.name}" in (student_kit / "environment.yml").read_text()
     assert (student_kit.parent / f"training-at-scale-student-{wheel.name.split('-')[1]}.zip").is_file()
