@@ -90,6 +90,17 @@ def load_recorded(exercise: str, path: Path | None = None) -> RecordedReference:
                              str(entry.get("device", "?")))
 
 
+def on_this_machine(recorded: RecordedReference, student: dict) -> dict:
+    """The recorded reference without the scenarios on a device this machine lacks (keys ``name@device`` the
+    student's observation does not have: observe() records every scenario it can run, failed ones included)."""
+    ours = student.get("scenarios") if isinstance(student, dict) else None
+    theirs = recorded.observation.get("scenarios", {})
+    if not isinstance(ours, dict):
+        return recorded.observation
+    kept = {key: value for key, value in theirs.items() if "@" not in key or key in ours}
+    return {**recorded.observation, "scenarios": kept}
+
+
 def setting_notes(recorded: RecordedReference, student: dict, torch_version: str) -> list[str]:
     """One line for each way this check differs from the recorded reference's setting (none: an empty list)."""
     notes = []
@@ -105,4 +116,9 @@ def setting_notes(recorded: RecordedReference, student: dict, torch_version: str
         notes.append(f"Note: only the scenarios recorded on {recorded.device} were checked; your function's "
                      f"{len(unmatched)} scenario(s) on {', '.join(devices)} have no recorded reference in this kit "
                      "(the instructor's grader checks them on a machine that has one).")
+    missing = sorted(key for key in theirs if "@" in key and key not in (ours or {}))
+    if missing:
+        devices = sorted({key.partition("@")[2] for key in missing})
+        notes.append(f"Note: {len(missing)} recorded scenario(s) on {', '.join(devices)} were not checked: this "
+                     "machine has no such device (the instructor's grader checks them on one that has).")
     return notes

@@ -136,6 +136,19 @@ def test_a_different_setting_is_said_in_one_line():
     assert "2 scenario(s) on cuda have no recorded reference" in notes[1]
 
 
+def test_recorded_gpu_scenarios_cost_a_cpu_only_student_nothing():
+    """A kit whose reference was recorded on a GPU machine: a student without one is checked on the CPU only."""
+    recorded = observations.RecordedReference("train_amp", {"scenarios": {"bf16": {"x": 1}, "bf16@cuda": {"x": 2}}},
+                                              torch="2.13.0+cu128", device="cuda")
+    student = {"scenarios": {"bf16": {"x": 1}}}
+    assert observations.on_this_machine(recorded, student)["scenarios"] == {"bf16": {"x": 1}}
+    notes = observations.setting_notes(recorded, student, "2.13.0+cpu")
+    assert notes == ["Note: 1 recorded scenario(s) on cuda were not checked: this machine has no such device (the "
+                     "instructor's grader checks them on one that has)."]
+    with_gpu = {"scenarios": {"bf16": {"x": 1}, "bf16@cuda": {"x": 3}}}
+    assert observations.on_this_machine(recorded, with_gpu)["scenarios"] == recorded.observation["scenarios"]
+
+
 def test_a_stale_file_is_caught(tmp_path):
     assert stale_references() == [], "autograder/reference_observations.json is out of date: run " \
                                      "`python -m autograder references`"
