@@ -75,6 +75,10 @@ class Exercise:
     # The reference may need more than ``observe`` gives, e.g. every accepted variant's outcome.
     observe_reference: Callable[..., Observation] | None = None
 
+    def __post_init__(self):
+        if any(check.evidence for check in self.checks) and self.evidence is None:
+            raise ValueError(f"{self.name}: a check names evidence scenarios, so the exercise needs an evidence test")
+
     def observe_as_reference(self, fn, *, salt: int = 0) -> Observation:
         return (self.observe_reference or self.observe)(fn, salt=salt)
 

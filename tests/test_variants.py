@@ -86,6 +86,16 @@ def test_the_template_exercise_works(salt):
             all(any(phrase in title for title in failed) for phrase in must_fail), name
 
 
+@pytest.mark.parametrize("exercise", sorted(variant_modules()))
+def test_evidence_names_real_scenarios(exercise):
+    """A check's evidence names scenarios every salt has (a typo would silently demand nothing)."""
+    cases = importlib.import_module(f"autograder.exercises.{exercise}").cases
+    for salt in SALTS:
+        names = {key.partition("@")[0] for key in cases(salt)}
+        for check in get_exercise(exercise).checks:
+            assert set(check.evidence) <= names, (check.title, salt)
+
+
 def test_every_exercise_has_variants(course):
     missing = sorted(set(course.exercises) - set(variant_modules()))
     assert not missing, f"exercises without a variant suite in tests/variants/: {missing}"
