@@ -81,8 +81,8 @@ def _run_worker(tasks: list[Task], sandbox: Sandbox, as_reference: bool):
         elif stopped == "deadline":
             problem = "The grading worker did not answer in time (the machine may be overloaded); grade again."
         else:
-            problem = ("Your code stopped the grading worker itself (for example by killing its parent process), "
-                       "so this exercise could not be graded.")
+            problem = ("Your code stopped the grading worker itself (for example by killing its parent process, or "
+                       "by using more memory or processes than the grader allows), so this exercise could not be graded.")
         if not results and in_flight is None and stopped != "deadline":
             errors.seek(0)
             tail = errors.read()[-1500:].decode(errors="replace").strip()
