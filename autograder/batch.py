@@ -35,6 +35,7 @@ class BatchSummary:
     seconds: float = 0.0
     phases: dict = field(default_factory=dict)
     isolation: str = ""
+    scenarios: str = ""        # held-out (the default) or public
     gradebook: str = ""        # where scores were recorded for nbgrader's tools, if asked
     left_out: dict = field(default_factory=dict)   # notebook -> how many students submitted it (not graded)
     regraded: int = 0          # saved results made under other isolation/limits, graded again
@@ -42,8 +43,8 @@ class BatchSummary:
 
     def line(self) -> str:
         return (f"{self.students} students: {self.graded} fully graded, {self.with_problems} with ungradable "
-                f"exercises (reasons in grades.csv), {self.resumed} resumed; {self.seconds:.1f} s; isolation: "
-                f"{self.isolation}")
+                f"exercises (reasons in grades.csv), {self.resumed} resumed; {self.seconds:.1f} s; {self.scenarios} "
+                f"scenarios; isolation: {self.isolation}")
 
     def notes(self) -> list[str]:
         notes = [f"{name} was submitted by only {count} of {self.students} students: not graded for anyone "
@@ -78,17 +79,22 @@ def _wanted_notebooks(submissions: list[Submission], course: Course) -> tuple[li
 
 def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: int | None = None,
                 timeout: float | None = None, dask_address: str | None = None, progress: bool = True,
-                notebooks: list[str] | None = None, gradebook: bool = False) -> tuple[list[Row], BatchSummary]:
+                notebooks: list[str] | None = None, gradebook: bool = False,
+                salt: int | None = None) -> tuple[list[Row], BatchSummary]:
+    """Grade every submission under ``submissions_path`` into ``out``. ``salt``: None grades each exercise on
+    its held-out scenarios (never the public ones whose reference results ship to students); 0 grades on the
+    public scenarios, exactly what the students' self-checks ran."""
     started = time.perf_counter()
     course = load_course()
     submissions = discover(Path(submissions_path), course)
     wanted, left_out = (notebooks, {}) if notebooks else _wanted_notebooks(submissions, course)
     exercises = [e for n in wanted for e in course.notebooks[n].exercises]
-    references = reference_observations(course, exercises, sandbox)
+    references = reference_observations(course, exercises, sandbox, salt)
     reference_s = time.perf_counter() - started
     state = out / ".state"
     version = _grader_version(references, sandbox, timeout)
-    summary = BatchSummary(students=len(submissions), isolation=sandbox.describe(), left_out=left_out)
+    summary = BatchSummary(students=len(submissions), isolation=sandbox.describe(), left_out=left_out,
+                           scenarios="held-out" if salt is None else "public" if salt == 0 else f"salt {salt}")
     rows_by_student: dict[str, list[Row]] = {}
     todo = []
     for sub in submissions:

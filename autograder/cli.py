@@ -28,7 +28,7 @@ def _grade(args) -> int:
     try:
         rows, summary = grade_class(Path(args.submissions), out, sandbox, jobs=args.jobs, timeout=args.timeout,
                                     dask_address=args.dask, progress=not args.quiet, notebooks=args.notebook,
-                                    gradebook=args.gradebook)
+                                    gradebook=args.gradebook, salt=0 if args.public_scenarios else None)
     except SubmissionsError as exc:
         print(f"error: {terminal(str(exc))}", file=sys.stderr)
         return 2
@@ -94,6 +94,9 @@ def main(argv=None) -> int:
     grade.add_argument("--dask", metavar="ADDRESS", help="grade on a Dask cluster (scheduler address, or 'local')")
     grade.add_argument("--gradebook", action="store_true", help="also record scores in the nbgrader gradebook")
     grade.add_argument("--fresh", action="store_true", help="ignore results saved by an earlier run")
+    grade.add_argument("--public-scenarios", action="store_true",
+                       help="grade on the public scenarios the students' self-checks use (default: held-out ones, "
+                            "so that replaying the reference results shipped in the student kit earns nothing)")
     grade.add_argument("--no-sandbox", action="store_true", help="run submitted code without isolation (debugging)")
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
     grade.set_defaults(run=_grade)

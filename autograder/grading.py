@@ -3,6 +3,7 @@
 ``grade_submission`` is a plain function of plain inputs, so it runs the same in a thread here or on a
 Dask worker elsewhere. The verdict happens here, in the grader's process, on data only.
 """
+import hashlib
 import re
 import sys
 import time
@@ -79,7 +80,8 @@ def _grade_submission(submission, course, wanted, references, sandbox, timeout):
                 continue
             setup = [(f"setup cell of {name}", c) for c in spec.setup_code]
             tasks.append(Task(f"{name}::{exercise}", exercise, tuple(setup + [(f"your cell `{exercise}`", code)]),
-                              timeout or get_exercise(exercise).timeout_s))
+                              timeout or get_exercise(exercise).timeout_s,
+                              references[exercise]["salt"]))  # the scenarios the reference was observed on
     parsed = time.perf_counter()
     results, peak_mib = run_tasks(tasks, sandbox) if tasks else ({}, 0.0)
     ran = time.perf_counter()
@@ -110,11 +112,25 @@ def _judge(submission: Submission, notebook: str, exercise: str, result: TaskRes
                _clean(result.output), name=submission.name)
 
 
-def reference_observations(course: Course, exercises: list[str], sandbox: Sandbox) -> dict[str, dict]:
-    """Observe every reference solution once, in the same kind of worker as the students' code."""
+def held_out_salt(course: Course, exercise: str) -> int:
+    """The salt of the held-out scenarios an exercise is graded on: derived from its solution and setup cells,
+    which never leave the instructor's repository, so it is the same run after run and changes with the
+    solution. (Knowing it would not help a student: a scenario's answer still takes the real computation.)"""
+    from .observations import canonical
+
+    spec = course.spec_for_exercise(exercise)
+    digest = hashlib.sha256(b"held-out scenarios\0" + canonical(spec.setup_code + [spec.reference_code[exercise]]))
+    return int.from_bytes(digest.digest()[:4], "big") % (2**31 - 1) + 1
+
+
+def reference_observations(course: Course, exercises: list[str], sandbox: Sandbox,
+                           salt: int | None = None) -> dict[str, dict]:
+    """Observe every reference solution once, in the same kind of worker as the students' code: on each
+    exercise's held-out scenarios (``salt=None``, class grading) or on those of the given salt (0: public)."""
     from .reference import reference_cells
 
-    tasks = [Task(e, e, tuple(reference_cells(e)), max(get_exercise(e).timeout_s, 120)) for e in exercises]
+    tasks = [Task(e, e, tuple(reference_cells(e)), max(get_exercise(e).timeout_s, 120),
+                  held_out_salt(course, e) if salt is None else salt) for e in exercises]
     results, _ = run_tasks(tasks, sandbox, as_reference=True)
     broken = {k: r.reason for k, r in results.items() if r.status != "ok"}
     if broken:

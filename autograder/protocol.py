@@ -31,6 +31,7 @@ class Task:
     exercise: str
     cells: tuple[tuple[str, str], ...]
     timeout: float
+    salt: int = 0                     # which scenarios to observe: 0 the public ones, else held-out ones
 
     def to_json(self) -> dict:
         return asdict(self)

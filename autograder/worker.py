@@ -55,7 +55,7 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
             message = {"status": "failed", "reason": str(exc)}
         else:
             observe = exercise.observe_as_reference if as_reference else exercise.observe
-            message = {"status": "ok", "observation": observe(fn)}
+            message = {"status": "ok", "observation": observe(fn, salt=task.salt)}
         payload = json.dumps(message).encode()
     except BaseException as exc:  # whatever the submitted code raised or did to the interpreter
         payload = json.dumps({"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:400]}).encode()

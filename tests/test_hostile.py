@@ -55,7 +55,7 @@ sys.displayhook = lambda value: None
 ''' + WRONG_BODY, "differ"),
     "fakes_the_observation": ('''
 import autograder.exercises.train_with_accumulation as me
-def fake(fn):
+def fake(fn, **kwargs):
     return {"scenarios": {k: {"returned_is_float": True, "returned_has_graph": False, "returned_type": "float",
             "returned": 1.0, "steps": 2, "step_grads": [], "params": [], "training": True, "max_graphs_alive": 0}
             for k in me.SCENARIOS}}
