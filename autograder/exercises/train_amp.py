@@ -1,4 +1,4 @@
-"""Lesson 2 exercise: ``train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16) -> model``.
+"""Lesson 2 exercise: ``train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None) -> model``.
 
 Observed on tiny seeded problems (a 2-layer MLP on random data, 4 samples a batch), on the CPU and,
 when the grader has one, on a CUDA GPU: what the function returns, the model's mode, the dtype of
@@ -6,7 +6,9 @@ every Linear layer's output inside the forward (is autocast in effect, in the re
 the parameters' dtype afterwards (fp32 master weights), how many optimizer steps really happen
 (``GradScaler.step`` skips ``optimizer.step`` when a gradient overflowed), whether ``.grad`` still
 holds the previous batch's gradient when each backward pass starts, the final parameters, and
-every ``GradScaler.update`` call with the scale after it.
+every ``GradScaler.update`` call with the scale after it. One scenario passes a GradScaler of the
+grader's own (``scaler=``) and calls the function twice, as a training loop calls it once per epoch:
+that scaler must be the one updated, and its scale must carry over from the first call to the second.
 
 Watching ``GradScaler.update`` means wrapping the class's method while the scenario runs. That is
 grader code, restored afterwards; the student's scaler is created inside their function, so this is
@@ -59,11 +61,13 @@ def make_problem(*, seed: int, device: str, n_batches: int = N_BATCHES, dropout:
 
 
 class WatchedScalers:
-    """While active, every ``torch.amp.GradScaler.update`` call is recorded: which scaler, its scale after."""
+    """While active, every ``torch.amp.GradScaler.update`` call is recorded: which scaler, its scale after.
 
-    def __init__(self):
+    Scalers are numbered in order of first use; a scaler passed as ``given`` is number 0 from the start."""
+
+    def __init__(self, given=None):
         self.calls = []
-        self.scalers = []  # kept alive, so that a new scaler cannot reuse a freed one's identity
+        self.scalers = [] if given is None else [given]  # kept alive: a new scaler cannot reuse a freed one's id
 
     def __enter__(self):
         cls = torch.amp.GradScaler
@@ -141,12 +145,46 @@ def run_problem(fn, case: dict) -> dict:
     }
 
 
+# The given scaler starts too high for this model's fp16 gradients (so its first steps overflow and are
+# skipped) and grows after every GIVEN_GROWTH clean steps: its scale moves in both epochs, and the second
+# epoch's start depends on where the first left it.
+GIVEN_INIT_SCALE, GIVEN_GROWTH, GIVEN_EPOCHS = 2.0**20, 2, 2
+
+
+def run_with_given_scaler(fn, case: dict) -> dict:
+    """Call ``fn`` once per epoch with one GradScaler of the grader's (``scaler=``), as a training loop does."""
+    model, loader, optimizer = make_problem(seed=case["seed"], device=case["device"], n_batches=case["n_batches"])
+    steps = []
+    optimizer.register_step_pre_hook(lambda opt, args, kwargs: steps.append(1))
+    initial, after_first_step = params_data(model), []
+    optimizer.register_step_post_hook(lambda opt, args, kwargs: after_first_step or after_first_step.append(
+        params_data(model)))
+    scaler = torch.amp.GradScaler(case["device"], init_scale=case["init_scale"],
+                                  growth_interval=case["growth_interval"])
+    epochs = []
+    with WatchedScalers(given=scaler) as scalers:
+        for _ in range(case["epochs"]):
+            before = len(scalers.calls)
+            fn(model, loader, optimizer, torch.nn.CrossEntropyLoss(), torch.float16, scaler=scaler)
+            epochs.append(scalers.calls[before:])
+    return {
+        "given_scales": [[u["scale"] for u in epoch if u["scaler"] == 0] for epoch in epochs],
+        "other_updates": sum(u["scaler"] != 0 for epoch in epochs for u in epoch),
+        "steps": len(steps),
+        "params": params_data(model),
+        "first_update": [a - b for a, b in zip(after_first_step[0], initial)] if after_first_step else [],
+    }
+
+
 SCENARIOS = {  # name: (what it is, options); dtype None calls with the default
     "fp16_default": ("called with the default dtype", {}),
     "bf16": ("called with dtype=torch.bfloat16", {"dtype": "bfloat16"}),
     "fp16_overflow": ("one fp16 batch overflows", {"dtype": "float16", "outlier_batch": OVERFLOW_BATCH}),
     "eval_dropout": ("the model (with dropout) arrived in eval mode",
                      {"dtype": "bfloat16", "dropout": True, "eval_first": True}),
+    "given_scaler": ("called once per epoch for two epochs with one GradScaler passed as scaler=",
+                     {"dtype": "float16", "given_scaler": True, "init_scale": GIVEN_INIT_SCALE,
+                      "growth_interval": GIVEN_GROWTH, "epochs": GIVEN_EPOCHS}),
 }
 ON_CUDA = ("fp16_default", "bf16", "fp16_overflow")  # also observed on a GPU when the grader has one
 
@@ -172,7 +210,8 @@ def cases(salt: int) -> dict[str, dict]:
 
 
 def observe(fn, *, salt: int = 0) -> dict:
-    return observation(salt, cases(salt), lambda case: run_problem(fn, case))
+    return observation(salt, cases(salt), lambda case: (run_with_given_scaler if case.get("given_scaler")
+                                                        else run_problem)(fn, case))
 
 
 # ---- the checks ----------------------------------------------------------------------------
@@ -283,10 +322,32 @@ def check_one_scaler(student, reference):
                     "so pass the model's device type, torch.amp.GradScaler(device.type).")
         if len({u["scaler"] for u in updates}) > 1:
             return (f"When {what_}, your function made {len({u['scaler'] for u in updates})} GradScalers: create "
-                    "one before the loop, so the scale it learns carries from batch to batch.")
+                    "one before the loop (when none is passed in), so the scale it learns carries from batch to batch.")
         if len(updates) != n:
             return (f"When {what_}, the GradScaler was updated {len(updates)} times for {n} batches: call "
                     "scaler.update() once per batch, right after scaler.step(optimizer).")
+    return None
+
+
+def check_given_scaler(student, reference):
+    key = "given_scaler"
+    raw = student.get("scenarios", {}).get(key)
+    if isinstance(raw, dict) and "scaler" in str(raw.get("error", "")) and "argument" in str(raw.get("error", "")):
+        return ("Your function does not take a scaler argument: add `scaler=None` to its parameters, use the "
+                "GradScaler it gives when there is one, and create one only when it is None.")
+    got, want = scenario(student, key, what(reference, key)), reference["scenarios"][key]
+    n, epochs = case(reference, key)["n_batches"], case(reference, key)["epochs"]
+    if not any(got["given_scales"]) or got["other_updates"]:
+        return (f"When {what(reference, key)}, your function updated a GradScaler of its own instead of the one it "
+                "was given: use `scaler` when it is not None, so that its scale (and its count of clean steps) "
+                "carries over from epoch to epoch.")
+    if [len(s) for s in got["given_scales"]] != [n] * epochs:
+        return (f"When {what(reference, key)}, the given GradScaler was updated {[len(s) for s in got['given_scales']]} "
+                f"times per call for {n} batches each: call scaler.update() once per batch.")
+    if got["given_scales"] != want["given_scales"]:
+        return (f"When {what(reference, key)}, the given GradScaler's scale after each batch differs from the "
+                "reference's: scale the loss with it, step and update it every batch, and keep its state "
+                "(do not reset or copy it).")
     return None
 
 
@@ -319,6 +380,8 @@ EXERCISE = Exercise(
         Check("Skips an fp16 step whose gradients overflow, and lowers the scale", 2, check_overflow),
         Check("Keeps one GradScaler and updates it after every step", 1, check_one_scaler,
               evidence=("fp16_default", "fp16_overflow")),
+        Check("Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch", 1,
+              check_given_scaler, evidence=("given_scaler",)),
         Check("Clears the gradients every batch", 1, check_zero_grad, evidence=("bf16", "fp16_default")),
     ],
 )

@@ -9,9 +9,10 @@ from variants import EVERY_CHECK
 
 CORRECT = {
     "reference_style": '''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     device = next(model.parameters()).device
-    scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
+    if scaler is None:
+        scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
     model.train()
     for inputs, targets in dataloader:
         inputs, targets = inputs.to(device), targets.to(device)
@@ -25,9 +26,9 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     return model
 ''',
     "loss_outside_autocast_on_float_outputs": '''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     device_type = next(model.parameters()).device.type
-    scaler = torch.amp.GradScaler(device_type, enabled=dtype == torch.float16)
+    scaler = scaler or torch.amp.GradScaler(device_type, enabled=dtype == torch.float16)
     model.train()
     for x, y in dataloader:
         x, y = x.to(device_type), y.to(device_type)
@@ -44,9 +45,9 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
 import torch
 from torch.amp import GradScaler, autocast
 
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     device = next(iter(model.parameters())).device
-    scaler = GradScaler(device.type, enabled=(dtype is torch.float16))
+    scaler = scaler if scaler is not None else GradScaler(device.type, enabled=(dtype is torch.float16))
     model.train()
     for inputs, targets in dataloader:
         inputs = inputs.to(device, non_blocking=True)
@@ -60,10 +61,10 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     return model
 ''',
     "no_scaler_for_bf16": '''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     device = next(model.parameters()).device
-    use_scaler = dtype == torch.float16
-    if use_scaler:
+    use_scaler = dtype == torch.float16 or scaler is not None
+    if scaler is None and use_scaler:
         scaler = torch.amp.GradScaler(device.type)
     model.train()
     for inputs, targets in dataloader:
@@ -81,9 +82,10 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     return model
 ''',
     "scaler_enabled_for_bf16_too": '''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     device = next(model.parameters()).device
-    scaler = torch.GradScaler(device.type)  # a power-of-two scale is exact in bf16, so it is harmless
+    if scaler is None:
+        scaler = torch.GradScaler(device.type)  # a power-of-two scale is exact in bf16, so it is harmless
     model.train()
     for inputs, targets in dataloader:
         optimizer.zero_grad()
@@ -95,9 +97,10 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     return model
 ''',
     "zero_grad_between_forward_and_backward": '''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     device = next(model.parameters()).device
-    scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
+    if scaler is None:
+        scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
     model.train()
     for inputs, targets in dataloader:
         with torch.autocast(device.type, dtype=dtype):
@@ -111,9 +114,10 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     "prints_and_warns": '''
 import warnings
 
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, *, scaler=None):
     device = next(model.parameters()).device
-    scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
+    if scaler is None:
+        scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
     model.train()
     for i, (inputs, targets) in enumerate(dataloader):
         inputs, targets = inputs.to(device), targets.to(device)
@@ -127,12 +131,31 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     warnings.warn("a harmless warning: the test cell must still not write to stderr")
     return model
 ''',
+    "keyword_only_scaler_and_a_helper": '''
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, **options):
+    device = next(model.parameters()).device
+    scaler = options.get("scaler") or torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+
+    def one_batch(inputs, targets):
+        optimizer.zero_grad()
+        with torch.autocast(device.type, dtype=dtype):
+            loss = criterion(model(inputs.to(device)), targets.to(device))
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    model.train()
+    for inputs, targets in dataloader:
+        one_batch(inputs, targets)
+    return model
+''',
 }
 
 _BODY = '''
-def train_amp(model, dataloader, optimizer, criterion, dtype={default}):
+def train_amp(model, dataloader, optimizer, criterion, dtype={default}, scaler=None):
     device = next(model.parameters()).device
-    scaler = torch.amp.GradScaler({scaler_args})
+    if scaler is None:
+        scaler = torch.amp.GradScaler({scaler_args})
     {train}
     for inputs, targets in dataloader:
         inputs, targets = inputs.to(device), targets.to(device)
@@ -160,7 +183,7 @@ WRONG = {
 import torch
 from torch.cuda.amp import autocast, GradScaler
 
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     scaler = GradScaler()
     model.train()
     for inputs, targets in dataloader:
@@ -178,9 +201,10 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
                            ["dtype argument", "bfloat16"]),
     "bf16_by_default": (_variant(default="torch.bfloat16"), ["under autocast", "float16 with a GradScaler"]),
     "autocast_on_the_loss_only": ('''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     device = next(model.parameters()).device
-    scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
+    if scaler is None:
+        scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
     model.train()
     for inputs, targets in dataloader:
         optimizer.zero_grad()
@@ -193,7 +217,7 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     return model
 ''', ["under autocast", "dtype argument"]),
     "model_half_instead_of_autocast": ('''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     model.to(dtype)
     model.train()
     device = next(model.parameters()).device
@@ -206,7 +230,7 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
 ''', ["master weights", "overflow", "one GradScaler"]),
     "scaler_without_device_type": (_variant(scaler_args=""), ["overflow", "one GradScaler"]),
     "no_scaler_in_fp16": ('''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     device = next(model.parameters()).device
     model.train()
     for inputs, targets in dataloader:
@@ -223,7 +247,7 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     "steps_twice": (_variant(step="scaler.step(optimizer); optimizer.step()"),
                     ["float16 with a GradScaler", "bfloat16", "overflow"]),
     "new_scaler_every_batch": ('''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     device = next(model.parameters()).device
     model.train()
     for inputs, targets in dataloader:
@@ -236,11 +260,34 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
         scaler.step(optimizer)
         scaler.update()
     return model
-''', ["one GradScaler"]),
-    "update_once_after_the_loop": ('''
+''', ["one GradScaler", "passed as scaler="]),
+    # The exercise before it took a scaler: correct then, it now lacks the argument a run needs.
+    "no_scaler_argument": ('''
 def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     device = next(model.parameters()).device
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
+    model.train()
+    for inputs, targets in dataloader:
+        inputs, targets = inputs.to(device), targets.to(device)
+        optimizer.zero_grad()
+        with torch.autocast(device.type, dtype=dtype):
+            loss = criterion(model(inputs), targets)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return model
+''', ["passed as scaler="]),
+    "ignores_the_given_scaler": (_variant().replace("    if scaler is None:\n        scaler =", "    scaler ="),
+                                 ["passed as scaler="]),
+    "copies_the_given_scale_into_a_new_scaler": (_variant(scaler_args="device.type").replace(
+        "    if scaler is None:\n        scaler = torch.amp.GradScaler(device.type)",
+        "    scaler = torch.amp.GradScaler(device.type, init_scale=scaler.get_scale() if scaler else 2.0**16)"),
+        ["passed as scaler="]),
+    "update_once_after_the_loop": ('''
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
+    device = next(model.parameters()).device
+    if scaler is None:
+        scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
     model.train()
     for inputs, targets in dataloader:
         inputs, targets = inputs.to(device), targets.to(device)
@@ -258,12 +305,12 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
     "returns_a_copy": (_variant(ret="copy.deepcopy(model)").replace("\ndef", "\nimport copy\n\ndef", 1),
                        ["Returns the model"]),
     "returns_the_model_untrained": ('''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     model.train()
     return model
 ''', EVERY_CHECK),
     "not_implemented": ('''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
     # YOUR CODE HERE
     raise NotImplementedError()
 ''', ["Returns the model", "under autocast", "overflow"]),
