@@ -210,6 +210,12 @@ def discover(path: Path, course: Course) -> list[Submission]:
     for rel, data in files.items():
         key, name, inner = _identity(rel, known)
         grouped.setdefault((key, name), {})[inner] = data
+    if path.is_dir():  # a student folder without a notebook (collected, but the notebook was deleted) keeps its row
+        for entry in sorted(os.scandir(path), key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False) and entry.name not in (".ipynb_checkpoints", "__MACOSX"):
+                key, name, _ = _identity(entry.name + "/-", known)
+                if not any(k == key for k, _ in grouped):
+                    grouped[(key, name)] = {}
     names_per_key: dict[str, int] = {}
     for key, _ in grouped:
         names_per_key[key] = names_per_key.get(key, 0) + 1

@@ -24,7 +24,7 @@ from autograder.notebook import KINDS, Cell, Notebook, NotebookProblem, exercise
 from autograder.protocol import BadMessage, TaskResult, parse_line, within_depth
 from autograder.report import feedback_markdown, grades_csv, summary_csv
 from autograder.sandbox import Limits, Sandbox
-from autograder.submissions import Refused, Submission, discover
+from autograder.submissions import Refused, Submission, discover, match_notebooks
 
 NB, EX = "01_gradient_accumulation.ipynb", "train_with_accumulation"
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -281,6 +281,19 @@ def test_same_key_different_names_never_merge(tmp_path, course):
     (tmp_path / "1001" / NB).write_bytes(_notebook_bytes())
     (tmp_path / f"smithjo_1001_9001_{NB}").write_bytes(_notebook_bytes(False))
     assert sorted(s.student for s in discover(tmp_path, course)) == ["1001 (1001)", "1001 (smithjo)"]
+
+
+def test_a_student_folder_without_a_notebook_keeps_its_row(tmp_path, course):
+    """nbgrader collects a student who deleted the released notebook as a folder with only timestamp.txt."""
+    (tmp_path / "alice" / "lesson1").mkdir(parents=True)
+    (tmp_path / "alice" / "lesson1" / NB).write_bytes(_notebook_bytes())
+    (tmp_path / "dave" / "lesson1").mkdir(parents=True)
+    (tmp_path / "dave" / "lesson1" / "timestamp.txt").write_text("2026-01-01 00:00:00 UTC")
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    found = {s.student: s for s in discover(tmp_path, course)}
+    assert sorted(found) == ["alice", "dave"] and found["dave"].files == {}
+    path, note = match_notebooks(found["dave"], course, [NB])[NB]
+    assert path is None and f"No notebook {NB} was submitted" in note
 
 
 def test_a_notebook_few_students_sent_changes_nobody(course):

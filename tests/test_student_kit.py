@@ -284,8 +284,8 @@ def test_installed_kit_self_checks_give_the_instructors_verdicts(installed_kit, 
 
 @pytest.mark.slow
 def test_installed_kit_validate_and_the_student_commands(installed_kit):
-    course = installed_kit.home / "training-at-scale"
-    copied = installed_kit.run("training-at-scale", "copy")
+    course = installed_kit.home / "validated-course"  # its own folder: the browser tests use the default one
+    copied = installed_kit.run("training-at-scale", "copy", "--dir", str(course))
     assert "copied" in copied.stdout and (course / "00-start-here.ipynb").is_file()
     lesson1 = course / "lesson1" / L1
     validate = installed_kit.run("nbgrader", "validate", str(lesson1), check=False, cwd=course)
@@ -293,7 +293,7 @@ def test_installed_kit_validate_and_the_student_commands(installed_kit):
     lesson1.write_text(json.dumps(filled(L1, {L1_EXERCISE: reference_source(L1_EXERCISE)}), indent=1))
     validate = installed_kit.run("nbgrader", "validate", str(lesson1), cwd=course)
     assert "Success! Your notebook passes all the tests." in validate.stdout, validate.stdout
-    again = installed_kit.run("training-at-scale", "copy")  # a second run keeps the student's work
+    again = installed_kit.run("training-at-scale", "copy", "--dir", str(course))  # a second run keeps the student's work
     assert "kept your own version of 1 file(s)" in again.stdout and "lesson1/" + L1 in again.stdout
     assert L1_EXERCISE in lesson1.read_text() and "NotImplementedError" not in json.dumps(
         [c for c in json.loads(lesson1.read_text())["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id")
