@@ -102,9 +102,10 @@ def stage_bubble(log, start: float, end: float) -> tuple[float, float]:
     """(busy, bubble) seconds of one stage in a step from ``start`` to ``end`` (all stages' first and last op).
 
     The bubble is the waits the schedule imposes: before the first operation (fill), between the last forward
-    and the first backward (flush), after the last operation (drain). Every other wait is a stall.
+    and the first backward (turnaround), after the last operation (drain). Every other wait is a stall. (GPipe's
+    "flush" is the whole end-of-batch drain that makes these waits; Lesson 4 explains both words.)
     """
     busy = sum(e - s for _, _, s, e, _ in log)
     last_forward = max(i for i, op in enumerate(log) if op[0] == "F")
-    flush = log[last_forward + 1][2] - log[last_forward][3] if last_forward + 1 < len(log) else 0.0
-    return busy, (log[0][2] - start) + flush + (end - log[-1][3])
+    turnaround = log[last_forward + 1][2] - log[last_forward][3] if last_forward + 1 < len(log) else 0.0
+    return busy, (log[0][2] - start) + turnaround + (end - log[-1][3])
