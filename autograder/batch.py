@@ -35,6 +35,7 @@ class BatchSummary:
     seconds: float = 0.0
     phases: dict = field(default_factory=dict)
     isolation: str = ""
+    devices: str = ""          # what every worker, the reference's too, could use: the CPU, and a GPU or not
     scenarios: str = ""        # held-out (the default) or public
     gradebook: str = ""        # where scores were recorded for nbgrader's tools, if asked
     left_out: dict = field(default_factory=dict)   # notebook -> how many students submitted it (not graded)
@@ -44,7 +45,7 @@ class BatchSummary:
     def line(self) -> str:
         return (f"{self.students} students: {self.graded} fully graded, {self.with_problems} with ungradable "
                 f"exercises (reasons in grades.csv), {self.resumed} resumed; {self.seconds:.1f} s; {self.scenarios} "
-                f"scenarios; isolation: {self.isolation}")
+                f"scenarios; isolation: {self.isolation}; devices: {self.devices}")
 
     def notes(self) -> list[str]:
         notes = [f"{name} was submitted by only {count} of {self.students} students: not graded for anyone "
@@ -94,6 +95,7 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
     state = out / ".state"
     version = _grader_version(references, sandbox, timeout)
     summary = BatchSummary(students=len(submissions), isolation=sandbox.describe(), left_out=left_out,
+                           devices=sandbox.devices.describe(),
                            scenarios="held-out" if salt is None else "public" if salt == 0 else f"salt {salt}")
     rows_by_student: dict[str, list[Row]] = {}
     todo = []

@@ -17,7 +17,7 @@ def _grade(args) -> int:
     gib = 1 << 30
     limits = Limits(memory_bytes=int(args.memory_gb * gib),
                     total_memory_bytes=int((args.total_memory_gb or max(args.memory_gb, 4.0)) * gib))
-    sandbox = make_sandbox(not args.no_sandbox, limits)
+    sandbox = make_sandbox(not args.no_sandbox, limits, gpu=not args.cpu_only)
     if sandbox.warning:
         print(sandbox.warning, file=sys.stderr)
     out = Path(args.out)
@@ -97,6 +97,8 @@ def main(argv=None) -> int:
     grade.add_argument("--public-scenarios", action="store_true",
                        help="grade on the public scenarios the students' self-checks use (default: held-out ones, "
                             "so that replaying the reference results shipped in the student kit earns nothing)")
+    grade.add_argument("--cpu-only", action="store_true",
+                       help="grade on the CPU only, even where a GPU is visible (CUDA scenarios are then not graded)")
     grade.add_argument("--no-sandbox", action="store_true", help="run submitted code without isolation (debugging)")
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
     grade.set_defaults(run=_grade)

@@ -9,10 +9,15 @@
 * **rlimits** on address space, file size (this is also the output limit), processes and open files.
 * **a control group per worker** (``cgroups.py``): CPU share, total memory and process count for the
   student's code as a whole, and a way to kill all of it from outside.
+* **devices** (``devices.py``), the same for every worker: the CPU only (``CUDA_VISIBLE_DEVICES=""``), or
+  a GPU that a probe worker proved usable: its device nodes bound into the sandbox's ``/dev``, ``/sys`` and
+  ``/etc/ld.so.cache`` read-only, and no address-space rlimit (CUDA reserves a huge virtual range); memory
+  is then bounded by the worker's cgroup where there is one.
 
 Where bubblewrap is missing or cannot create namespaces, the worker runs with rlimits only; where no
 cgroup can be made, without the per-worker totals. The grader prints one warning saying exactly which.
 """
+import json
 import os
 import resource
 import shutil
@@ -21,11 +26,12 @@ import sys
 import tempfile
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
 from .cgroups import CgroupPlan, WorkerGroup, detect
+from .devices import CPU_ONLY, PROBE, Devices, gpu_candidate
 
 NOBODY = 65534
 UID_BASE = 64000  # workers run as 64000, 64001, ... one uid per concurrent worker
@@ -40,11 +46,13 @@ class Limits:
     tmp_bytes: int = 256 << 20       # the private /tmp, and /dev/shm the same (both count against memory)
     total_memory_bytes: int = 4 << 30  # everything one worker holds, its tmpfs included (cgroup)
 
-    def apply(self, processes: bool = True) -> None:
+    def apply(self, processes: bool = True, address_space: bool = True) -> None:
         """Set in the forked child just before exec (``preexec_fn``). The process limit is left to the
         worker itself under bubblewrap (see worker.main): set here, an unprivileged grader's user
-        namespaces would all count against this one number."""
-        for limit, value in ((resource.RLIMIT_AS, self.memory_bytes), (resource.RLIMIT_FSIZE, self.output_bytes),
+        namespaces would all count against this one number. GPU workers get no address-space limit:
+        CUDA reserves far more virtual memory than any such limit allows, and would not start."""
+        for limit, value in ((resource.RLIMIT_AS, self.memory_bytes if address_space else None),
+                             (resource.RLIMIT_FSIZE, self.output_bytes),
                              (resource.RLIMIT_NPROC, self.processes if processes else None),
                              (resource.RLIMIT_NOFILE, self.open_files), (resource.RLIMIT_CORE, 0)):
             if value is not None:
@@ -100,6 +108,7 @@ class Sandbox:
     warning: str = ""
     uids: UidPool | None = field(default=None, compare=False, repr=False)
     cgroups: CgroupPlan = CgroupPlan("")
+    devices: Devices = CPU_ONLY    # the same for every worker: the reference's and each student's
 
     @contextmanager
     def launch(self, argv: list[str], workdir: str):
@@ -115,24 +124,25 @@ class Sandbox:
 
     def _launch(self, argv: list[str], workdir: str, uid: int | None, group: WorkerGroup | None) -> Launch:
         prefix = group.command_prefix() if group else []
+        env = _worker_env(home=workdir, devices=self.devices)
         if self.mode == "off":
-            return Launch(argv, _worker_env(home=workdir), None, None)
-        limits = self.limits
+            return Launch(argv, env, None, None)
+        limits, address_space = self.limits, not self.devices.cuda
 
         def preexec():
             if group:
                 group.join()
-            limits.apply(processes=self.mode != "bubblewrap")
+            limits.apply(processes=self.mode != "bubblewrap", address_space=address_space)
 
         if self.mode == "rlimits":
-            return Launch(prefix + argv, _worker_env(home=workdir), preexec, group)
+            return Launch(prefix + argv, env, preexec, group)
         # bubblewrap itself runs with a scrubbed environment too: it is the sandbox's PID 1, and an
         # unprivileged grader's student code (same uid) could read /proc/1/environ.
-        return Launch(prefix + _bwrap_args(limits, uid) + argv, _worker_env(home=workdir), preexec, group)
+        return Launch(prefix + _bwrap_args(limits, uid, self.devices) + argv, env, preexec, group)
 
     def __reduce__(self):  # a fresh uid pool wherever the sandbox is unpickled (Dask workers)
         return (Sandbox, (self.mode, self.limits, self.uid, self.warning,
-                          UidPool(self.uid) if self.uid is not None else None, self.cgroups))
+                          UidPool(self.uid) if self.uid is not None else None, self.cgroups, self.devices))
 
     def describe(self) -> str:
         who = f"uids from {self.uid}" if self.uid is not None else f"uid {os.getuid()}"
@@ -141,8 +151,8 @@ class Sandbox:
             (f", {self.cgroups.describe()}" if self.mode != "off" else "")
 
     def fingerprint(self) -> str:
-        """What a saved result depends on besides the code: isolation and every limit."""
-        return f"{self.mode}|{self.uid is not None}|{self.cgroups.backend}|{self.limits}"
+        """What a saved result depends on besides the code: isolation, every limit and the devices."""
+        return f"{self.mode}|{self.uid is not None}|{self.cgroups.backend}|{self.limits}|{self.devices.describe()}"
 
 
 @contextmanager
@@ -183,7 +193,21 @@ def _readonly_trees() -> list[Path]:
     return sorted(t for t in trees if not any(o != t and o in t.parents for o in trees))
 
 
-def _bwrap_args(limits: Limits, uid: int | None) -> list[str]:
+def _device_args(devices: Devices) -> list[str]:
+    """A GPU worker's extra view: its device nodes in the fresh /dev, and read-only what the CUDA driver reads
+    (/sys: PCI and NUMA topology, without which cuInit fails; the loader's cache, to find libcuda)."""
+    if not devices.cuda:
+        return []
+    args = []
+    for host, inside in devices.nodes:
+        args += ["--dev-bind", host, inside]
+    for path in ("/sys", "/etc/ld.so.cache"):
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def _bwrap_args(limits: Limits, uid: int | None, devices: Devices = CPU_ONLY) -> list[str]:
     import autograder
 
     args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
@@ -192,6 +216,7 @@ def _bwrap_args(limits: Limits, uid: int | None) -> list[str]:
             "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
             "--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]
+    args += _device_args(devices)
     for name in ("hosts", "passwd", "group"):
         args += ["--ro-bind", f"{_etc()}/{name}", f"/etc/{name}"]
     # The private /tmp first: a course checked out under /tmp is then bound on top of it, not hidden by it.
@@ -207,7 +232,7 @@ def _bwrap_args(limits: Limits, uid: int | None) -> list[str]:
     if course_state.exists():  # the nbgrader course folder (gradebook, submissions) stays hidden
         args += ["--tmpfs", str(course_state)]
     args += ["--chdir", "/tmp", "--clearenv"]
-    for key, value in _worker_env(home="/tmp").items():
+    for key, value in _worker_env(home="/tmp", devices=devices).items():
         args += ["--setenv", key, value]
     args += ["--setenv", "AUTOGRADER_OWN_PID_NAMESPACE", "1", "--"]
     if uid is not None:
@@ -216,11 +241,12 @@ def _bwrap_args(limits: Limits, uid: int | None) -> list[str]:
     return args
 
 
-def _worker_env(home: str) -> dict[str, str]:
+def _worker_env(home: str, devices: Devices = CPU_ONLY) -> dict[str, str]:
     return {"HOME": home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "KINETO_LOG_LEVEL": "6", "MPLBACKEND": "Agg",
             "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10d warns about the sandbox's hostname once per rank
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "MPLCONFIGDIR": f"{home}/.mpl"}
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "MPLCONFIGDIR": f"{home}/.mpl",
+            **devices.env()}
 
 
 def _bwrap_works() -> bool:
@@ -231,9 +257,14 @@ def _bwrap_works() -> bool:
     return probe.returncode == 0
 
 
-def make_sandbox(enabled: bool = True, limits: Limits | None = None, uid: int | None = None) -> Sandbox:
-    """Pick the strongest isolation this machine allows and say, in one warning, what is missing."""
-    limits = limits or Limits()
+def make_sandbox(enabled: bool = True, limits: Limits | None = None, uid: int | None = None, *,
+                 gpu: bool = True, dev_root: str = "/dev") -> Sandbox:
+    """Pick the strongest isolation this machine allows and the devices every worker gets (a GPU only where
+    ``gpu`` and a probe worker could use it), and say, in one warning, what is missing."""
+    return with_devices(_isolation(enabled, limits or Limits(), uid), gpu, dev_root)
+
+
+def _isolation(enabled: bool, limits: Limits, uid: int | None) -> Sandbox:
     if not enabled:
         return Sandbox("off", limits, None, "Isolation is off (--no-sandbox): submitted code runs with your rights.")
     plan = detect()
@@ -252,3 +283,53 @@ def make_sandbox(enabled: bool = True, limits: Limits | None = None, uid: int | 
                    f"WARNING: {reason}; submitted code runs with resource limits only: it can read your files "
                    "and reach the network. Install Debian's `bubblewrap` package for full isolation."
                    + (f" Also {missing}." if missing else ""), cgroups=plan)
+
+
+def with_devices(sandbox: Sandbox, gpu: bool = True, dev_root: str = "/dev") -> Sandbox:
+    """The sandbox with the devices every worker gets, decided here once, in the trusted grader, which never
+    starts CUDA itself (a probe worker does, under the very isolation, limits and devices the workers get)."""
+    if not gpu:
+        return replace(sandbox, devices=Devices(reason="GPU grading turned off with --cpu-only"))
+    candidate = gpu_candidate(dev_root)
+    if candidate is None:
+        return replace(sandbox, devices=CPU_ONLY)
+    names, error = probe_devices(replace(sandbox, devices=candidate))
+    if error:
+        warning = (f"WARNING: a GPU is present but CUDA did not start in a grading worker ({error}); grading on the "
+                   "CPU only, so CUDA scenarios are not graded for anyone (--cpu-only says so without trying).")
+        return replace(sandbox, devices=Devices(reason="CUDA did not start in a grading worker"),
+                       warning=" ".join(w for w in (sandbox.warning, warning) if w))
+    warning = sandbox.warning
+    if sandbox.mode != "off" and not sandbox.cgroups.backend:
+        warning = " ".join(w for w in (warning, "WARNING: GPU workers run without the address-space limit (CUDA "
+                                       "reserves more than any such limit) and no cgroup bounds their memory here: "
+                                       "one student's code can use all of this machine's memory.") if w)
+    return replace(sandbox, devices=replace(candidate, names=names), warning=warning)
+
+
+def probe_devices(sandbox: Sandbox, timeout: float = 180.0) -> tuple[tuple[str, ...], str]:
+    """Use the GPU once in a process started exactly like a worker of ``sandbox`` (see ``devices.PROBE``).
+    Returns (the GPUs' names, "") or ((), why CUDA did not start)."""
+    with tempfile.TemporaryDirectory(prefix="grader-probe-") as workdir, \
+            sandbox.launch([sys.executable, "-c", PROBE], workdir) as launch:
+        try:
+            proc = subprocess.Popen(launch.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
+                                    env=launch.env, start_new_session=True, preexec_fn=launch.preexec)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return (), f"the probe could not start: {exc}"
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            launch.kill_all(proc.pid)
+            proc.communicate()
+            return (), f"the probe did not finish within {timeout:g} s"
+    lines = out.decode(errors="replace").strip().splitlines()
+    try:
+        message = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        message = {}
+    names = message.get("names") if isinstance(message, dict) else None
+    if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+        return tuple(names), ""
+    error = message.get("error") if isinstance(message, dict) else None
+    return (), str(error or err.decode(errors="replace").strip()[-300:] or f"the probe exited with {proc.returncode}")
