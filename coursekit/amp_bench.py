@@ -2,7 +2,7 @@
 
 One training step of a small pre-norm transformer block in float32, in bfloat16 (autocast) and in
 float16 (autocast + GradScaler): median step time and peak memory. The lesson runs it at a CPU-sized
-shape; ``python -m bench.gpu_evidence`` runs ``amp_rows(device, **GPU_SHAPE)`` on a GPU and stores the
+shape; ``python3 -m bench.gpu_evidence --out DIR`` runs ``amp_rows(device, **GPU_SHAPE)`` on a GPU and stores the
 rows under ``SECTION`` in coursekit/results/gpu_evidence.json, which the lesson then shows as recorded.
 """
 import math

@@ -1,4 +1,4 @@
-"""GPU results recorded on a real GPU (``python -m bench.gpu_evidence``), shown as *recorded*, never as computed here.
+"""GPU results recorded on a real GPU (``python3 -m bench.gpu_evidence --out DIR``), shown as *recorded*, never as computed here.
 
 ``coursekit/results/gpu_evidence.json`` (package data: it ships with the lessons, also in the student kit) holds
 one entry per section, e.g.::
