@@ -93,8 +93,8 @@ def gradient_sync(model: nn.Module, on: bool):
     return contextlib.nullcontext()
 
 
-def make_training(recipe: Recipe, device: torch.device):
-    model = wrap(mlp(recipe.hidden, dropout=0.1, seed=recipe.seed), recipe, device)
+def make_training(recipe: Recipe, device: torch.device, wrapper=wrap):
+    model = wrapper(mlp(recipe.hidden, dropout=0.1, seed=recipe.seed), recipe, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
     warmup = max(1, recipe.steps // 10)  # linear warm-up, then cosine decay to 10 %
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * (
@@ -103,18 +103,20 @@ def make_training(recipe: Recipe, device: torch.device):
     return model, optimizer, schedule, scaler
 
 
-def train_step(step, recipe, model, optimizer, schedule, scaler, X, y, device) -> float:
-    """One optimizer step over ``accumulation`` micro-batches; returns this rank's mean loss."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    mine = step_samples(step, recipe, world_size).view(world_size, recipe.accumulation, recipe.micro_batch)[rank]
+def train_window(micro_batches, divisor, recipe, model, optimizer, schedule, scaler, X, y, device) -> float:
+    """One optimizer step over a window of micro-batches (index tensors); each loss is divided by ``divisor``.
+
+    ``divisor`` is the window's length for the mean over the window; Accelerate always divides by its
+    ``gradient_accumulation_steps``, also for a final window that is shorter. Returns the mean loss.
+    """
     dtype = LOW_PRECISION[recipe.precision]
     total = 0.0
-    for j, idx in enumerate(mine):
-        last = j == recipe.accumulation - 1
+    for j, idx in enumerate(micro_batches):
+        last = j == len(micro_batches) - 1
         with gradient_sync(model, on=last):
             with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 loss = nn.functional.cross_entropy(model(X[idx]), y[idx])
-            scaler.scale(loss / recipe.accumulation).backward()  # fp32 master weights, fp32 gradients
+            scaler.scale(loss / divisor).backward()  # fp32 master weights, fp32 gradients
         total += loss.item()
     scaler.unscale_(optimizer)  # true gradients before clipping; fp16's scale would distort the norm
     nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
@@ -122,7 +124,14 @@ def train_step(step, recipe, model, optimizer, schedule, scaler, X, y, device) -
     scaler.update()
     schedule.step()
     optimizer.zero_grad(set_to_none=True)
-    return total / recipe.accumulation
+    return total / len(micro_batches)
+
+
+def train_step(step, recipe, model, optimizer, schedule, scaler, X, y, device) -> float:
+    """Optimizer step ``step``: this rank's ``accumulation`` micro-batches; returns this rank's mean loss."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    mine = step_samples(step, recipe, world_size).view(world_size, recipe.accumulation, recipe.micro_batch)[rank]
+    return train_window(mine, recipe.accumulation, recipe, model, optimizer, schedule, scaler, X, y, device)
 
 
 def save_checkpoint(path: Path, step: int, model, optimizer, schedule, scaler) -> None:
@@ -203,6 +212,61 @@ def train(rank: int, world_size: int, recipe: Recipe, checkpoint: str | None = N
             "samples/s": (end - start - 1) * recipe.global_batch(world_size) / seconds,
             "loss scale": scaler.get_scale() if scaler.is_enabled() else None, "peak bytes": peak,
             "params": params.numpy() if rank == 0 else None}  # numpy: a tensor would be sent as shared memory
+
+
+def one_epoch_order(recipe: Recipe, n_samples: int) -> torch.Tensor:
+    """A seeded shuffle of ``n_samples`` training digits: the epoch both loops below walk through."""
+    return torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(recipe.seed))[:n_samples]
+
+
+def epoch_by_hand(rank: int, world_size: int, recipe: Recipe, n_samples: int, divide_by: str = "k") -> dict:
+    """One epoch of ``recipe`` with this course's loop, over the micro-batches Accelerate would give this rank.
+
+    Accelerate's DataLoader hands rank r the micro-batches r, r + N, r + 2N, ... of the epoch; the last window
+    may be short. ``divide_by``: "k" divides its losses by ``accumulation`` as Accelerate does, "window" by
+    its own length (the mean over the window).
+    """
+    device = my_device()
+    X, y = (t.to(device) for t in load_digits())
+    micro = one_epoch_order(recipe, n_samples).split(recipe.micro_batch)[rank::world_size]
+    model, optimizer, schedule, scaler = make_training(recipe, device)
+    torch.manual_seed(recipe.seed * 1000 + rank)  # each rank its own dropout masks
+    k = recipe.accumulation
+    windows = [micro[i:i + k] for i in range(0, len(micro), k)]
+    for window in windows:
+        train_window(window, k if divide_by == "k" else len(window), recipe, model, optimizer, schedule, scaler,
+                     X, y, device)
+    return {"params": flat_parameters(model).numpy(), "steps": len(windows), "last window": len(windows[-1])}
+
+
+def epoch_with_accelerate(rank: int, world_size: int, recipe: Recipe, n_samples: int) -> dict:
+    """The same epoch through Hugging Face Accelerate: its DataLoader sharding, ``accumulate``, ``backward``."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # else Accelerate picks a CPU thread count itself, with a warning
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader, TensorDataset
+
+    device = my_device()
+    accelerator = Accelerator(cpu=device.type == "cpu", gradient_accumulation_steps=recipe.accumulation,
+                              mixed_precision="no" if recipe.precision == "fp32" else recipe.precision)
+    X, y = load_digits()
+    order = one_epoch_order(recipe, n_samples)
+    loader = DataLoader(TensorDataset(X[order], y[order]), batch_size=recipe.micro_batch,  # one process's view
+                        generator=torch.Generator())  # its own: iterating draws a seed, not from dropout's stream
+    model, optimizer, schedule, _ = make_training(recipe, device, wrapper=lambda m, r, d: m.to(d))
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)  # DDP, autocast, sharded loader
+    torch.manual_seed(recipe.seed * 1000 + rank)
+    steps = 0
+    for xb, yb in loader:
+        with accelerator.accumulate(model):  # no_sync until the window is full (or the data ends)
+            accelerator.backward(nn.functional.cross_entropy(model(xb), yb))  # loss / k inside
+            if accelerator.sync_gradients:
+                accelerator.clip_grad_norm_(model.parameters(), max_norm=1.0)
+            optimizer.step()  # Accelerate's wrapper: does nothing until sync_gradients
+            optimizer.zero_grad(set_to_none=True)
+        if accelerator.sync_gradients:  # the schedule is ours, stepped once per optimizer step
+            schedule.step()
+            steps += 1
+    return {"params": flat_parameters(model).numpy(), "steps": steps}
 
 
 if __name__ == "__main__":
