@@ -295,6 +295,8 @@ def with_devices(sandbox: Sandbox, gpu: bool = True, dev_root: str = "/dev") -> 
         return replace(sandbox, devices=CPU_ONLY)
     names, error = probe_devices(replace(sandbox, devices=candidate))
     if error:
+        if not any(inside == "/dev/nvidia-uvm" for _, inside in candidate.nodes):  # made on the host's first CUDA use
+            error += "; /dev/nvidia-uvm does not exist yet: run nvidia-smi or any CUDA program once, then grade again"
         warning = (f"WARNING: a GPU is present but CUDA did not start in a grading worker ({error}); grading on the "
                    "CPU only, so CUDA scenarios are not graded for anyone (--cpu-only says so without trying).")
         return replace(sandbox, devices=Devices(reason="CUDA did not start in a grading worker"),
