@@ -227,15 +227,22 @@ def released_source(notebook: str, exercise: str) -> str:
     return "".join(cell["source"])
 
 
+SAMPLED_CORRECT, SAMPLED_WRONG = 2, 3  # per exercise: the variant suites grade every variant already
+
+
 def selfcheck_job() -> dict:
-    """Per exercise: the setup cells, and the exercise cell as reference, blank stub and every variant."""
+    """Per exercise: the setup cells, and the exercise cell as reference, blank stub and a fixed sample of its
+    variants (the kit must agree with the instructor's grader on each; the suites cover the rest)."""
     job, variants = {}, variant_modules()
     for spec in load_course().notebooks.values():
         for exercise in spec.exercises:
             module = variants[exercise]
+            slow = set(getattr(module, "PUBLIC_ONLY", ()))  # deadlocks: each costs a launch timeout
+            correct = sorted(module.CORRECT)[:SAMPLED_CORRECT]
+            wrong = sorted(name for name in module.WRONG if name not in slow)[:SAMPLED_WRONG]
             cases = {"reference": reference_source(exercise), "blank": released_source(spec.name, exercise)}
-            cases |= {f"correct:{name}": source for name, source in module.CORRECT.items()}
-            cases |= {f"wrong:{name}": source for name, (source, _) in module.WRONG.items()}
+            cases |= {f"correct:{name}": module.CORRECT[name] for name in correct}
+            cases |= {f"wrong:{name}": module.WRONG[name][0] for name in wrong}
             job[exercise] = {"setup": spec.setup_code, "cases": cases}
     return job
 
@@ -279,7 +286,7 @@ def test_installed_kit_self_checks_give_the_instructors_verdicts(installed_kit, 
         else:
             assert got["score"] < maxima[exercise], (key, got["report"])
         assert got["report"] == instructor[key]["report"], f"{key}: the kit and the instructor disagree"
-    assert set(in_kit) == set(instructor) and len(in_kit) > 100
+    assert set(in_kit) == set(instructor) and len(in_kit) == sum(len(j["cases"]) for j in job.values())
 
 
 @pytest.mark.slow
