@@ -23,8 +23,14 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 
 @cache
 def reference_observation(exercise: str, salt: int = 0) -> dict:
-    """The reference's observation as the class grader receives it from its worker: JSON."""
-    return json.loads(json.dumps(get_exercise(exercise).observe_as_reference(reference_function(exercise), salt=salt)))
+    """The reference's observation as the class grader receives it from its worker: JSON (a fresh copy each call)."""
+    return json.loads(_reference_json(exercise, salt))
+
+
+@cache
+def _reference_json(exercise: str, salt: int) -> str:
+    """Observed once per session: rank-spawning references cost seconds, and every variant is graded against one."""
+    return json.dumps(get_exercise(exercise).observe_as_reference(reference_function(exercise), salt=salt))
 
 
 def grade_source(exercise: str, source: str, salt: int = 0):
@@ -44,8 +50,10 @@ def variant_modules() -> dict[str, object]:
     """tests/variants/<exercise>.py for every exercise that has one."""
     import variants
 
-    return {m.name: importlib.import_module(f"variants.{m.name}") for m in pkgutil.iter_modules(variants.__path__)
-            if not m.name.startswith("_")}  # _template.py is not a suite
+    modules = [importlib.import_module(f"variants.{m.name}") for m in pkgutil.iter_modules(variants.__path__)
+               if not m.name.startswith("_")]  # _template.py is not a suite
+    # A suite is named after its exercise; a class exercise's suite (tensor_parallel_mlp.py) says EXERCISE_NAME.
+    return {getattr(m, "EXERCISE_NAME", m.__name__.rpartition(".")[2]): m for m in modules}
 
 
 @pytest.fixture(scope="session")

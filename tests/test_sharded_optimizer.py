@@ -1,0 +1,84 @@
+"""Lesson 5's ShardedOptimizer grader, beyond the variant suite: why its feedback is true, and that it leaves no
+process behind.
+
+* The reference, on every rank and after every step, holds exactly the unsharded optimizer's parameters (the
+  grader's ground truth, run on the same gradients), and its ranks' optimizer state adds up to the unsharded one:
+  so the checks may say "unsharded AdamW" and "1/N of the state".
+* The state measurement finds a torch optimizer wherever the student's object keeps it, counts each storage once,
+  and leaves out Adam's scalar step counter.
+* Grading forks ranks (here, and in the sandboxed workers of ``python -m autograder grade``); afterwards no process
+  is left, also when the submission deadlocks its ranks.
+"""
+import csv
+import multiprocessing
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import grade_source, reference_observation
+from processes import descendants_left
+from submission_factory import filled, reference_source, released_notebook, write
+from variants.sharded_optimizer import WRONG
+
+from autograder.exercises import sharded_optimizer as ex
+
+EX, NB = "ShardedOptimizer", "05_fsdp_zero.ipynb"
+
+
+def test_reference_equals_the_unsharded_optimizer_and_shards_its_state():
+    ref = reference_observation(EX)
+    for name in ex.SCENARIOS:
+        ranks = ref["scenarios"][name]["ranks"]
+        want = ranks[0]["unsharded"]
+        for r in ranks:
+            assert r["uses_torch_zero"] is False
+            for step, expected in enumerate(want["steps"]):
+                assert ex.same(r["steps"][step], expected), f"{name}: a reference rank differs after step {step + 1}"
+        moved = max(abs(a - b) for t, t0 in zip(want["steps"][-1], ranks[0]["initial"]) for a, b in zip(t, t0))
+        assert moved > 100 * ex.PARAM_ATOL, "training must move the weights far more than the tolerance"
+        assert sum(r["state_bytes"] for r in ranks) == want["state_bytes"] > 0, name
+
+
+def test_state_bytes_finds_the_optimizer_wherever_it_is_kept():
+    weight = torch.nn.Parameter(torch.ones(4, 3))
+    adam = torch.optim.AdamW([weight], lr=0.1)
+    weight.grad = torch.ones(4, 3)
+    adam.step()
+    moments = 2 * weight.numel() * weight.element_size()  # exp_avg, exp_avg_sq; the scalar step is not state
+    assert ex.state_bytes(adam) == moments
+
+    class Holder:
+        def __init__(self):
+            self.shards = [{"local": adam}]
+            self.again = adam  # the same optimizer twice: counted once
+
+    assert ex.state_bytes(Holder()) == moments
+    assert ex.state_bytes(object()) == 0
+
+
+def test_no_process_left_after_grading_in_this_process(subreaper):
+    for source in (reference_source(EX), WRONG["empty_shard_crashes"][0], WRONG["only_the_owner_broadcasts"][0]):
+        grade_source(EX, source)
+        assert multiprocessing.active_children() == []
+        assert descendants_left() == []
+
+
+@pytest.mark.slow
+def test_class_grading_full_partial_zero_and_deadlock_without_leftovers(tmp_path, subreaper):
+    """`python -m autograder grade`: the reference full, a wrong variant partial, blank 0, a deadlock 0."""
+    submissions, out = tmp_path / "submissions", tmp_path / "out"
+    write(submissions, "alice", NB, filled(NB, {EX: reference_source(EX)}))
+    write(submissions, "bob", NB, released_notebook(NB))
+    write(submissions, "carl", NB, filled(NB, {EX: WRONG["every_rank_steps_everything"][0]}))
+    write(submissions, "dana", NB, filled(NB, {EX: WRONG["only_the_owner_broadcasts"][0]}))
+    run = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
+                          "--jobs", "2", "--notebook", NB], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    with open(out / "grades.csv", newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f) if r["exercise"] == EX}
+    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 11, rows["alice"]["feedback"]
+    assert float(rows["bob"]["score"]) == 0 and "NotImplementedError" in rows["bob"]["feedback"]
+    assert 0 < float(rows["carl"]["score"]) < 11 and "1/N" in rows["carl"]["feedback"], rows["carl"]["feedback"]
+    assert float(rows["dana"]["score"]) == 0 and "never called" in rows["dana"]["feedback"]
+    assert descendants_left() == []
