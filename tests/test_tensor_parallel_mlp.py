@@ -1,0 +1,95 @@
+"""Lesson 4's TensorParallelMLP grader, beyond the variant suite: why its feedback is true, and that it leaves no
+process behind.
+
+* The reference's ranks equal the single-process MLP (output, x.grad, every shard's gradient), so the checks may
+  say "the single-process MLP" in their feedback.
+* The grader's collective count (torch's profiler) sees an all-reduce whichever API issued it, and nothing else.
+* Grading forks ranks (here, and in the sandboxed workers of ``python -m autograder grade``); afterwards no process
+  is left, also when the submission deadlocks its ranks.
+"""
+import csv
+import multiprocessing
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+from conftest import grade_source, reference_observation
+from processes import descendants_left
+from submission_factory import filled, reference_source, released_notebook, write
+from variants.tensor_parallel_mlp import WRONG
+
+from autograder.exercises import tensor_parallel_mlp as ex
+from coursekit.dist import launch
+
+EX, NB = "TensorParallelMLP", "04_model_pipeline_parallel.ipynb"
+
+
+def test_reference_equals_the_single_process_mlp():
+    ref = reference_observation(EX)
+    for name in ex.SCENARIOS:
+        single = ref["single"][name]
+        for rank, r in enumerate(ref["scenarios"][name]["ranks"]):
+            assert ex.close(r["output"], single["output"], atol=1e-6), (name, rank)
+            assert ex.close(r["x_grad"], single["x_grad"], atol=1e-6), (name, rank)
+            for role in ex.ROLES:
+                assert ex.close(r["shards"][role]["grad"], single["shards"][rank][role]["grad"], atol=1e-6)
+            assert r["forward"] == {"all_reduce": 1} and r["backward"] == {"all_reduce": 1}, (name, rank)
+
+
+def _collectives_seen(rank, world_size):
+    from torch.distributed import _functional_collectives as funcol
+    from torch.distributed import all_reduce as imported_all_reduce
+    from torch.profiler import ProfilerActivity, profile
+
+    t = torch.ones(3)
+    seen = {}
+    for label, call in {
+        "dist.all_reduce": lambda: dist.all_reduce(t),
+        "imported before the fork": lambda: imported_all_reduce(t),
+        "async": lambda: dist.all_reduce(t, async_op=True).wait(),
+        "functional": lambda: funcol.all_reduce(t, "sum", dist.group.WORLD).wait(),
+        "all_gather": lambda: dist.all_gather([torch.empty(3) for _ in range(world_size)], t),
+        "none": lambda: t + 1,
+    }.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            call()
+        seen[label] = ex.collectives(prof)
+    return seen
+
+
+def test_the_count_sees_every_all_reduce_api_and_nothing_else():
+    ex.warm_profiler()
+    seen = launch(_collectives_seen, 2, backend="gloo", timeout=60)[0]
+    for label in ("dist.all_reduce", "imported before the fork", "async", "functional"):
+        assert seen[label] == {"all_reduce": 1}, (label, seen[label])
+    assert seen["all_gather"] == {"all_gather": 1} and seen["none"] == {}
+
+
+def test_no_process_left_after_grading_in_this_process(subreaper):
+    for source in (reference_source(EX), WRONG["shards_the_wrong_dimension"][0], WRONG["deadlocks_on_three_ranks"][0]):
+        grade_source(EX, source)
+        assert multiprocessing.active_children() == []
+        assert descendants_left() == []
+
+
+@pytest.mark.slow
+def test_class_grading_full_partial_zero_and_deadlock_without_leftovers(tmp_path, subreaper):
+    """`python -m autograder grade` on held-out scenarios: the solution full, a classic mistake partial, the blank
+    notebook 0, a deadlock partial with the collective sentence."""
+    submissions, out = tmp_path / "submissions", tmp_path / "out"
+    write(submissions, "alice", NB, filled(NB, {EX: reference_source(EX)}))
+    write(submissions, "bob", NB, released_notebook(NB))
+    write(submissions, "carl", NB, filled(NB, {EX: WRONG["missing_backward_all_reduce"][0]}))
+    write(submissions, "dora", NB, filled(NB, {EX: WRONG["deadlocks_on_three_ranks"][0]}))
+    run = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
+                          "--jobs", "2", "--notebook", NB], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    with open(out / "grades.csv", newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f) if r["exercise"] == EX}
+    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 12, rows["alice"]["feedback"]
+    assert float(rows["bob"]["score"]) == 0 and "NotImplementedError" in rows["bob"]["feedback"]
+    assert 0 < float(rows["carl"]["score"]) < 12 and "x.grad" in rows["carl"]["feedback"]
+    assert 0 < float(rows["dora"]["score"]) < 12 and "never called" in rows["dora"]["feedback"]
+    assert descendants_left() == []
