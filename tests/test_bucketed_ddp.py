@@ -1,0 +1,80 @@
+"""Lesson 3's `BucketedDDP` grader, beyond the variant suite: why its feedback is true, and that it leaves no
+process behind.
+
+* The reference solution's gradients and trained weights equal torch's DistributedDataParallel in every scenario
+  (so a check may say "DDP"), and training moves the weights far more than the tolerance.
+* The grader's event record shows what the overlap check claims: the reference has all-reduces in flight while
+  gradients are still being computed, in every multi-bucket scenario and step; with one bucket it cannot.
+* DDP leaves the frozen and the unused parameters' .grad None, the reason for "leave .grad None".
+* Grading forks ranks; afterwards no process is left, also when the submission spins forever in its ranks, and
+  class grading (`python -m autograder grade`) gives the solution full marks, the blank notebook and torch's DDP
+  in disguise 0.
+"""
+import csv
+import multiprocessing
+import subprocess
+import sys
+
+import pytest
+from conftest import grade_source, reference_observation
+from processes import descendants_left
+from submission_factory import filled, reference_source, released_notebook, write
+from variants.bucketed_ddp import WRONG
+
+from autograder.exercises import bucketed_ddp as ex
+
+EX, NB = "BucketedDDP", "03_data_parallel.ipynb"
+
+
+def test_reference_equals_ddp():
+    ref = reference_observation(EX)
+    for name in ex.SCENARIOS:
+        assert len(ref["scenarios"][name]["ranks"]) == ref["scenarios"][name]["case"]["world_size"]
+        assert ex.gradient_problem(ref, ref, name) is None, name
+    rank0 = ref["scenarios"]["three_ranks"]["ranks"][0]
+    moved = max(abs(a - b) for a, b in zip(rank0["final"], rank0["after_init"]))
+    assert moved > 100 * ex.PARAM_ATOL, "training must move the weights far more than the tolerance"
+
+
+def test_reference_overlaps_and_one_bucket_cannot():
+    ref = reference_observation(EX)
+    for name in ("per_param", "mid", "three_ranks", "special"):
+        for r in ref["scenarios"][name]["ranks"]:
+            assert all(ex.in_flight_while_computing(s["events"]) >= 2 for s in r["steps"]), name
+    for r in ref["scenarios"]["one_bucket"]["ranks"]:
+        assert all(ex.in_flight_while_computing(s["events"]) == 0 for s in r["steps"])
+
+
+def test_ddp_leaves_frozen_and_unused_gradients_none():
+    ref = reference_observation(EX)
+    names = ref["scenarios"]["special"]["ranks"][0]["names"]
+    missing = {name for name, g in zip(names, ref["ddp"]["special"]["grads"][0]) if g is None}
+    assert missing == {"hidden1.bias", "unused.weight", "unused.bias"}
+    assert "head.weight" not in names  # tied to embed.weight: one parameter
+
+
+def test_no_process_left_after_grading_in_this_process(subreaper):
+    for source in (reference_source(EX), WRONG["waits_forever_for_unused_parameter"][0]):
+        grade_source(EX, source)
+        assert multiprocessing.active_children() == []
+        assert descendants_left() == []
+
+
+@pytest.mark.slow
+def test_class_grading_full_zero_and_hostile_without_leftovers(tmp_path, subreaper):
+    """`python -m autograder grade`: the solution full, a classic mistake partial, blank 0, wrapped DDP 0."""
+    submissions, out = tmp_path / "submissions", tmp_path / "out"
+    write(submissions, "alice", NB, filled(NB, {EX: reference_source(EX)}))
+    write(submissions, "bob", NB, released_notebook(NB))
+    write(submissions, "carl", NB, filled(NB, {EX: WRONG["all_reduce_only_after_backward"][0]}))
+    write(submissions, "dora", NB, filled(NB, {EX: WRONG["wraps_torch_ddp"][0]}))
+    run = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
+                          "--jobs", "2", "--notebook", NB], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    with open(out / "grades.csv", newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f) if r["exercise"] == EX}
+    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 11, rows["alice"]["feedback"]
+    assert float(rows["bob"]["score"]) == 0 and "NotImplementedError" in rows["bob"]["feedback"]
+    assert 0 < float(rows["carl"]["score"]) < 11 and "after backward" in rows["carl"]["feedback"]
+    assert float(rows["dora"]["score"]) == 0 and "DistributedDataParallel" in rows["dora"]["feedback"]
+    assert descendants_left() == []
