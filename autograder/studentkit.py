@@ -182,8 +182,9 @@ def solution_bodies() -> dict[str, list[str]]:
     bodies = {}
     for spec in load_course().notebooks.values():
         for exercise, source in spec.reference_code.items():
-            inside = source.split("### BEGIN SOLUTION", 1)[-1].split("### END SOLUTION", 1)[0]
-            bodies[exercise] = _code_lines(inside)
+            # every region: a class exercise has one per method (ShardedOptimizer), not only the first
+            regions = [part.split("### END SOLUTION", 1)[0] for part in source.split("### BEGIN SOLUTION")[1:]]
+            bodies[exercise] = _code_lines("\n".join(regions or [source]))
     return bodies
 
 
