@@ -197,7 +197,13 @@ DTENSOR = ("Your module uses torch.distributed.tensor (parallelize_module or DTe
 
 def ranks_of(student: dict, reference: dict, key: str) -> list[dict]:
     """The scenario's per-rank records, or a ScenarioError with one sentence for the student."""
-    ranks = scenario(student, key, what(reference, key))["ranks"]
+    try:
+        ranks = scenario(student, key, what(reference, key))["ranks"]
+    except ScenarioError as exc:
+        if "shapes cannot be multiplied" in str(exc):  # the classic: slicing the weight along the wrong dimension
+            raise ScenarioError(f"{exc} nn.Linear's weight is (out_features, in_features): fc1 keeps a block of rows, "
+                                "fc2 the same block of columns.") from None
+        raise
     if any(r.get("dtensor") for r in ranks):
         raise ScenarioError(DTENSOR)
     return ranks
