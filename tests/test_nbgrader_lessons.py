@@ -29,28 +29,30 @@ def nbgrader(*args, env):
     run([NBGRADER, *args], COURSE, env, timeout=1200)
 
 
-def test_autograde_every_lesson_full_for_reference_zero_for_blank(tmp_path, subreaper):
+def test_every_graded_lesson_is_here():
+    assert {a for a, _, _ in graded_lessons()} >= {"lesson2", "lesson3", "lesson4", "lesson5"}
+
+
+@pytest.mark.parametrize("assignment,name,points", graded_lessons(), ids=[a for a, _, _ in graded_lessons()])
+def test_autograde_full_for_reference_zero_for_blank(assignment, name, points, tmp_path, subreaper):
+    """One lesson per test: each gets its own time limit, and a failure names its lesson."""
     env = {**os.environ, "NBGRADER_COURSE_ROOT": str(tmp_path), "JUPYTER_DATA_DIR": str(tmp_path / "jupyter-data")}
     release = f"--CourseDirectory.release_directory={tmp_path / 'release'}"
-    lessons = graded_lessons()
-    assert {a for a, _, _ in lessons} >= {"lesson2", "lesson3", "lesson4", "lesson5"}
     for student in ("ada", "bob"):
         nbgrader("db", "student", "add", student, env=env)
-    for assignment, name, points in lessons:
-        nbgrader("generate_assignment", assignment, "--force", release, env=env)
-        ada = filled(name, {ex: reference_source(ex) for ex in points})
-        write(tmp_path / "submitted" / "ada", assignment, name, ada)
-        write(tmp_path / "submitted" / "bob", assignment, name, released_notebook(name))
-        nbgrader("autograde", assignment, "--force", env=env)
-        assert descendants_left() == [], f"{assignment}: nbgrader's kernel left processes behind"
+    nbgrader("generate_assignment", assignment, "--force", release, env=env)
+    ada = filled(name, {ex: reference_source(ex) for ex in points})
+    write(tmp_path / "submitted" / "ada", assignment, name, ada)
+    write(tmp_path / "submitted" / "bob", assignment, name, released_notebook(name))
+    nbgrader("autograde", assignment, "--force", env=env)
+    assert descendants_left() == [], f"{assignment}: nbgrader's kernel left processes behind"
     nbgrader("export", f"--to={tmp_path / 'grades.csv'}", env=env)
     with open(tmp_path / "grades.csv", newline="") as f:
         got = {(r["assignment"], r["student_id"]): (float(r["raw_score"]), float(r["max_score"]))
                for r in csv.DictReader(f)}
-    for assignment, name, points in lessons:
-        total = sum(points.values())
-        assert got[assignment, "ada"] == (total, total), (assignment, got[assignment, "ada"])
-        assert got[assignment, "bob"] == (0.0, total), (assignment, got[assignment, "bob"])
-        autograded = json.loads((tmp_path / "autograded" / "ada" / assignment / name).read_text())
-        errors = [o for c in autograded["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
-        assert not errors, f"{assignment}: the reference submission raised under nbgrader: {errors[0]['ename']}"
+    total = sum(points.values())
+    assert got[assignment, "ada"] == (total, total), (assignment, got[assignment, "ada"])
+    assert got[assignment, "bob"] == (0.0, total), (assignment, got[assignment, "bob"])
+    autograded = json.loads((tmp_path / "autograded" / "ada" / assignment / name).read_text())
+    errors = [o for c in autograded["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, f"{assignment}: the reference submission raised under nbgrader: {errors[0]['ename']}"
