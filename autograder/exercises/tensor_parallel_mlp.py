@@ -287,9 +287,12 @@ def check_shards(student, reference):
                 part = {"fc1.weight": "rows (output features) of fc1.weight",
                         "fc1.bias": "entries of fc1.bias", "fc2.weight": "columns (input features) of fc2.weight",
                         "fc2.bias": "whole fc2.bias"}[role]
-                block = "" if role == "fc2.bias" else f" (block {rank} of {c['world_size']}, contiguous)"
-                return (f"On {c['world_size']} ranks, rank {rank} does not keep the {part}{block} as a parameter: "
-                        "nn.Linear's weight is (out_features, in_features), so column-parallel fc1 splits its rows.")
+                if role == "fc2.bias":
+                    return (f"On {c['world_size']} ranks, rank {rank} does not keep the whole fc2.bias, unchanged, "
+                            "as a parameter: keep all of it and add it once, after g.")
+                return (f"On {c['world_size']} ranks, rank {rank} does not keep the {part} (block {rank} of "
+                        f"{c['world_size']}, contiguous) as a parameter: nn.Linear's weight is (out_features, "
+                        "in_features), so column-parallel fc1 splits its rows.")
     return None
 
 
