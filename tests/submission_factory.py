@@ -34,3 +34,21 @@ def write(folder: Path, student: str, notebook: str, content: dict | bytes | str
         content = json.dumps(content, indent=1)
     path.write_bytes(content.encode() if isinstance(content, str) else content)
     return path
+
+
+def grade_one_exercise_class(tmp_path: Path, notebook: str, exercise: str, answers: dict[str, str | None]) -> dict:
+    """`python -m autograder grade` (sandboxed, 2 jobs) on a small class: each student's notebook has ``answers[s]``
+    as the exercise cell, or is the released notebook when None. Returns the exercise's grades.csv rows by student."""
+    import csv
+    import subprocess
+    import sys
+
+    submissions, out = tmp_path / "submissions", tmp_path / "out"
+    for student, source in answers.items():
+        content = released_notebook(notebook) if source is None else filled(notebook, {exercise: source})
+        write(submissions, student, notebook, content)
+    run = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
+                          "--jobs", "2", "--notebook", notebook], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    with open(out / "grades.csv", newline="") as f:
+        return {r["student"]: r for r in csv.DictReader(f) if r["exercise"] == exercise}

@@ -7,16 +7,13 @@
 * Grading really forks ranks (in this process, and inside the sandboxed workers of ``python -m autograder
   grade``); afterwards no process may be left, even when the submission deadlocks its ranks.
 """
-import csv
 import multiprocessing
-import subprocess
-import sys
 
 import pytest
 import torch
 from conftest import grade_source, reference_observation
 from processes import descendants_left
-from submission_factory import filled, reference_source, released_notebook, write
+from submission_factory import grade_one_exercise_class, reference_source
 from variants.average_gradients import WRONG
 
 from autograder.exercises import average_gradients as ex
@@ -74,15 +71,8 @@ def test_no_process_left_after_grading_in_this_process(subreaper):
 @pytest.mark.slow
 def test_class_grading_full_zero_and_deadlock_without_leftovers(tmp_path, subreaper):
     """`python -m autograder grade`: the solution scores full, the blank notebook 0, a deadlock 0 with a sentence."""
-    submissions, out = tmp_path / "submissions", tmp_path / "out"
-    write(submissions, "alice", NB, filled(NB, {EX: reference_source(EX)}))
-    write(submissions, "bob", NB, released_notebook(NB))
-    write(submissions, "carl", NB, filled(NB, {EX: WRONG["deadlocks_rank_one"][0]}))
-    run = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
-                          "--jobs", "2", "--notebook", NB], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout + run.stderr
-    with open(out / "grades.csv", newline="") as f:
-        rows = {r["student"]: r for r in csv.DictReader(f) if r["exercise"] == EX}
+    rows = grade_one_exercise_class(tmp_path, NB, EX, {"alice": reference_source(EX), "bob": None,
+                                                       "carl": WRONG["deadlocks_rank_one"][0]})
     assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 11, rows["alice"]["feedback"]
     assert float(rows["bob"]["score"]) == 0 and "NotImplementedError" in rows["bob"]["feedback"]
     assert float(rows["carl"]["score"]) == 0 and "never called" in rows["carl"]["feedback"]

@@ -10,15 +10,12 @@ process behind.
   class grading (`python -m autograder grade`) gives the solution full marks, the blank notebook and torch's DDP
   in disguise 0.
 """
-import csv
 import multiprocessing
-import subprocess
-import sys
 
 import pytest
 from conftest import grade_source, reference_observation
 from processes import descendants_left
-from submission_factory import filled, reference_source, released_notebook, write
+from submission_factory import grade_one_exercise_class, reference_source
 from variants.bucketed_ddp import WRONG
 
 from autograder.exercises import bucketed_ddp as ex
@@ -63,16 +60,9 @@ def test_no_process_left_after_grading_in_this_process(subreaper):
 @pytest.mark.slow
 def test_class_grading_full_zero_and_hostile_without_leftovers(tmp_path, subreaper):
     """`python -m autograder grade`: the solution full, a classic mistake partial, blank 0, wrapped DDP 0."""
-    submissions, out = tmp_path / "submissions", tmp_path / "out"
-    write(submissions, "alice", NB, filled(NB, {EX: reference_source(EX)}))
-    write(submissions, "bob", NB, released_notebook(NB))
-    write(submissions, "carl", NB, filled(NB, {EX: WRONG["all_reduce_only_after_backward"][0]}))
-    write(submissions, "dora", NB, filled(NB, {EX: WRONG["wraps_torch_ddp"][0]}))
-    run = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
-                          "--jobs", "2", "--notebook", NB], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout + run.stderr
-    with open(out / "grades.csv", newline="") as f:
-        rows = {r["student"]: r for r in csv.DictReader(f) if r["exercise"] == EX}
+    rows = grade_one_exercise_class(tmp_path, NB, EX, {"alice": reference_source(EX), "bob": None,
+                                                       "carl": WRONG["all_reduce_only_after_backward"][0],
+                                                       "dora": WRONG["wraps_torch_ddp"][0]})
     assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 11, rows["alice"]["feedback"]
     assert float(rows["bob"]["score"]) == 0 and "NotImplementedError" in rows["bob"]["feedback"]
     assert 0 < float(rows["carl"]["score"]) < 11 and "after backward" in rows["carl"]["feedback"]

@@ -7,17 +7,14 @@ process behind.
 * Grading forks ranks (here, and in the sandboxed workers of ``python -m autograder grade``); afterwards no process
   is left, also when the submission deadlocks its ranks.
 """
-import csv
 import multiprocessing
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.distributed as dist
 from conftest import grade_source, reference_observation
 from processes import descendants_left
-from submission_factory import filled, reference_source, released_notebook, write
+from submission_factory import grade_one_exercise_class, reference_source
 from variants.tensor_parallel_mlp import WRONG
 
 from autograder.exercises import tensor_parallel_mlp as ex
@@ -78,16 +75,9 @@ def test_no_process_left_after_grading_in_this_process(subreaper):
 def test_class_grading_full_partial_zero_and_deadlock_without_leftovers(tmp_path, subreaper):
     """`python -m autograder grade` on held-out scenarios: the solution full, a classic mistake partial, the blank
     notebook 0, a deadlock partial with the collective sentence."""
-    submissions, out = tmp_path / "submissions", tmp_path / "out"
-    write(submissions, "alice", NB, filled(NB, {EX: reference_source(EX)}))
-    write(submissions, "bob", NB, released_notebook(NB))
-    write(submissions, "carl", NB, filled(NB, {EX: WRONG["missing_backward_all_reduce"][0]}))
-    write(submissions, "dora", NB, filled(NB, {EX: WRONG["deadlocks_on_three_ranks"][0]}))
-    run = subprocess.run([sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
-                          "--jobs", "2", "--notebook", NB], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout + run.stderr
-    with open(out / "grades.csv", newline="") as f:
-        rows = {r["student"]: r for r in csv.DictReader(f) if r["exercise"] == EX}
+    rows = grade_one_exercise_class(tmp_path, NB, EX, {"alice": reference_source(EX), "bob": None,
+                                                       "carl": WRONG["missing_backward_all_reduce"][0],
+                                                       "dora": WRONG["deadlocks_on_three_ranks"][0]})
     assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 12, rows["alice"]["feedback"]
     assert float(rows["bob"]["score"]) == 0 and "NotImplementedError" in rows["bob"]["feedback"]
     assert 0 < float(rows["carl"]["score"]) < 12 and "x.grad" in rows["carl"]["feedback"]
