@@ -25,6 +25,7 @@ from submission_factory import filled, reference_source, released_notebook
 
 from autograder import observations
 from autograder.course import load_course
+from autograder.exercises import get_exercise
 from autograder.incell import check
 from autograder.reference import reference_function
 from autograder.reference_file import stale_references
@@ -166,7 +167,8 @@ def test_the_kit_carries_the_check_side_of_the_grader_only():
     for needed in ("autograder/__init__.py", "autograder/incell.py", "autograder/observations.py",
                    "autograder/exercise.py", "autograder/verdict.py", "autograder/exercises/__init__.py"):
         assert needed in names
-    assert {f"autograder/exercises/{e}.py" for e in load_course().exercises} <= names
+    modules = {get_exercise(e).observe.__module__ for e in load_course().exercises}  # a class's file is snake_case
+    assert {m.replace(".", "/") + ".py" for m in modules} <= names and len(modules) == len(load_course().exercises)
     for instructor_only in ("course", "reference", "reference_file", "studentkit", "cli", "batch", "grading",
                             "sandbox", "worker", "runner", "gradebook", "generate"):
         assert f"autograder/{instructor_only}.py" not in names
