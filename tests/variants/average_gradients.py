@@ -6,6 +6,8 @@ their title) that must fail for it.
 """
 from variants import EVERY_CHECK
 
+PUBLIC_ONLY = {"deadlocks_rank_one"}  # it costs the launch timeout in every scenario: graded under salt 0 only
+
 CORRECT = {
     "per_parameter_sum_then_divide": '''
 def average_gradients(model):
