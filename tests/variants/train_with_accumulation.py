@@ -166,6 +166,10 @@ WRONG = {
     "hard_coded_divisor": (_variant(backward="(loss / 4).backward()"), ["average gradient"]),
     "never_zeroes_after_step": (_variant(zero="pass"), ["average gradient", "Final parameters"]),
     "off_by_one_window": (_variant(when="i % accumulation_steps == 0"), ["average gradient"]),
+    # meant to flush the last, short window; steps after each of its batches instead
+    "steps_each_leftover_batch": (_variant(when="(i + 1) % accumulation_steps == 0 or "
+                                                "i >= len(dataloader) - len(dataloader) % accumulation_steps"),
+                                  ["partial window"]),
     "returns_total_not_mean": (_variant(ret="total"), ["Python float"]),
     "returns_scaled_loss": (_variant(ret="total / len(dataloader) / accumulation_steps"), ["Python float"]),
     "returns_mean_per_step": (_variant(ret="total / (len(dataloader) // accumulation_steps)"), ["Python float"]),
