@@ -5,7 +5,8 @@
 
 
 Builds a class of submissions covering every graded notebook — a third correct (the reference), a third
-plausible mistakes (from tests/variants), a third broken (untouched, invalid JSON, deleted cell) — then:
+partly done (every other exercise solved, the rest as released), a third broken (untouched, invalid JSON, deleted
+cell) — then:
 
 * grades all of them with the isolated, parallel class grader and reads its per-phase times;
 * grades a sample with plain nbgrader (serial by design; it runs every cell of every lesson), and
@@ -29,40 +30,28 @@ import tempfile
 import time
 from pathlib import Path
 
+from autograder.class_builder import filled, reference_source, released_notebook, write
+from autograder.course import load_course
+from coursekit import describe_device
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))  # the variant suites and the submission factory live with the tests
-
-from submission_factory import filled, reference_source, released_notebook, write  # noqa: E402
-
-from autograder.course import load_course  # noqa: E402
-from coursekit import describe_device  # noqa: E402
 
 
 def build_class(folder: Path, students: int, seed: int = 0) -> dict[str, str]:
     """Write the submissions; returns each student's kind."""
-    import importlib
-    import pkgutil
-
-    import variants
-
     rng = random.Random(seed)
     course = load_course()
-    # a suite is named after its exercise, or says EXERCISE_NAME (a class exercise: sharded_optimizer.py)
-    suites = {getattr(m, "EXERCISE_NAME", m.__name__.rpartition(".")[2]): m for m in (
-        importlib.import_module(f"variants.{info.name}") for info in pkgutil.iter_modules(variants.__path__))}
     graded = [spec for spec in course.notebooks.values() if spec.exercises]
     kinds = {}
     for i in range(students):
-        student, kind = f"s{i:03d}", ("correct", "wrong", "broken")[i % 3]
+        student, kind = f"s{i:03d}", ("correct", "partly done", "broken")[i % 3]
         kinds[student] = kind
         for spec in graded:
             answers = {}
-            for exercise in spec.exercises:
-                if kind == "correct":
+            for j, exercise in enumerate(spec.exercises):
+                # partly done: every other exercise, alternating between students so each is solved by half of them
+                if kind == "correct" or (kind == "partly done" and (i // 3 + j) % 2 == 0):
                     answers[exercise] = reference_source(exercise)
-                elif kind == "wrong":
-                    wrong = suites[exercise].WRONG
-                    answers[exercise] = wrong[rng.choice(sorted(wrong))][0]
             if kind != "broken":
                 write(folder, student, spec.name, filled(spec.name, answers))
                 continue
@@ -140,7 +129,7 @@ def main() -> None:
         tmp = Path(tmp)
         kinds = build_class(tmp / "submissions", args.students)
         ours = time_class_grader(tmp / "submissions", tmp / "out", args.jobs)
-        # nbgrader's sample: the first students in order, which cycles correct, wrong, broken (like the class)
+        # nbgrader's sample: the first students in order, which cycles correct, partly done, broken (like the class)
         sample = sorted(kinds)[: args.nbgrader_sample or args.students]
         theirs = time_nbgrader(tmp / "submissions", sample, tmp)
 

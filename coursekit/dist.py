@@ -10,6 +10,7 @@ Why ``torch.set_num_threads(1)`` in every child: a forked child hangs in its fir
 op when the parent (a Jupyter kernel, say) already started torch's OpenMP pool.
 """
 import datetime
+import gc
 import os
 import socket
 import time
@@ -152,6 +153,13 @@ def run_under_torchrun(fn, *args):
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group(backend)
     try:
-        return fn(rank, world_size, *args)
+        result = fn(rank, world_size, *args)
+        # A clean exit: every rank is done with its collectives before any rank tears its group down, and whatever
+        # still holds the group is freed now, not during interpreter shutdown. Without these, a gloo worker now and
+        # then aborted at exit ("terminate called without an active exception") after its peer had left, and the
+        # other node's torchrun agent then waited out its exit barrier.
+        barrier(torch.device("cuda", int(os.environ["LOCAL_RANK"])) if backend == "nccl" else torch.device("cpu"))
+        return result
     finally:
+        gc.collect()
         dist.destroy_process_group()

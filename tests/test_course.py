@@ -43,3 +43,19 @@ def test_graded_notebooks_have_a_locked_setup_cell(course):
 
 def test_released_names_are_unique(course):
     assert len(course.notebooks) == len({spec.name for spec in course.notebooks.values()})
+
+
+def test_readme_lesson_table_lists_every_graded_exercise_with_its_points(course):
+    """The README's "You implement (graded)" column names each notebook's exercises and points, as the course has them."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    listed = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].isdigit() and cells[1].endswith(".ipynb`"):
+            listed[cells[1].strip("`").rpartition("/")[2]] = {
+                name: float(points) for name, points in re.findall(r"`(\w+)` \((\d+) pts\)", cells[2])}
+    expected = {spec.name: dict(spec.test_points) for spec in course.notebooks.values()}
+    assert {name: exercises for name, exercises in listed.items() if exercises or name in expected} == expected

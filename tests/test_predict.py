@@ -1,4 +1,9 @@
 """coursekit.predict.compare: the predict-then-run comparison every lesson section uses (ungraded)."""
+import json
+import re
+from pathlib import Path
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -50,3 +55,38 @@ def test_never_raises_and_never_writes_to_stderr(prediction, measured):
         result = compare(prediction, measured, unit="ms", why="because")
     assert result in (True, False, None)
     assert err.getvalue() == "" and out.getvalue().rstrip().endswith("because")
+
+
+# ---- every section of every lesson asks for a prediction before it measures ----
+LESSONS = sorted((Path(__file__).resolve().parent.parent / "solutions").glob("lesson*/*.ipynb"))
+# Sections that measure nothing of their own: the graded exercises (their check is the feedback), GPU results
+# recorded elsewhere, the reading list and the summary.
+NO_PREDICTION = re.compile(r"Exercise|Summary|Recorded on a GPU|Where to go next")
+PREDICTION_INPUT = re.compile(r"^(my_\w+) = None\b", re.M)
+
+
+def sections(path: Path) -> list[tuple[str, list[dict]]]:
+    """The notebook's level-2 sections (## title), each with its cells, subsections included."""
+    found: list[tuple[str, list[dict]]] = []
+    for cell in json.loads(path.read_text())["cells"]:
+        text = "".join(cell["source"])
+        heading = re.search(r"^## (.+)$", text, re.M) if cell["cell_type"] == "markdown" else None
+        if heading:
+            found.append((heading.group(1).strip(), []))
+        if found:
+            found[-1][1].append(cell)
+    return found
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_every_section_asks_for_a_prediction_and_compares_it(path):
+    code = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    missing = []
+    for title, cells in sections(path):
+        inputs = [name for c in cells if c["cell_type"] == "code"
+                  for name in PREDICTION_INPUT.findall("".join(c["source"]))]
+        if not NO_PREDICTION.search(title) and not inputs:
+            missing.append(title)
+        for name in inputs:  # the answer is compared with a measurement in a later cell
+            assert any(f"compare({name}," in cell for cell in code), f"{path.stem}: {name} is never compared"
+    assert not missing, f"{path.stem}: sections with no prediction input: {missing}"

@@ -68,9 +68,11 @@ ALLOWED = [
     ("05_fsdp_zero", r"128 \\times 512\$ floats, 2\.25 MiB|\$a\$ = 128 KiB", "arithmetic",
      "activation bytes of the shapes the cell sets"),
     ("05_fsdp_zero", r"reserve 25 %", "config", "the activation reserve the planning cell uses"),
+    ("05_fsdp_zero", r"less than 1 GB per rank", "config", "the threshold a prediction asks about; the cell computes it"),
     # Lesson 6: the configurations the profiling cells run
-    ("06_profiling_capstone", r"\b(?:1|4|9|25) MB\b", "config",
+    ("06_profiling_capstone", r"\b(?:1|4|9|25) MB\b|gradient is 4 MiB", "config",
      "bucket_cap_mb values the sweep sets, and one hidden layer's gradient (1024² × 4 bytes)"),
+    ("06_profiling_capstone", r"MFU = 40 %", "config", "the MFU the next cell sets (MFU = 0.4)"),
 ]
 
 # Lessons whose remaining claims another engineer is still fixing: reported, not failed. Keep this empty.
