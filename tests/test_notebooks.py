@@ -1,4 +1,5 @@
-"""Every lesson runs top to bottom on this machine and writes nothing to stderr; nbgrader's own scoring of
+"""Every lesson runs top to bottom on this machine, as the instructor has it and as a student gets it (Run All with
+nothing filled in), and writes nothing to stderr; nbgrader's own scoring of
 the executed test cells gives the solution full marks and the untouched student notebook 0.
 """
 import json
@@ -38,21 +39,17 @@ def test_solution_runs_clean_and_scores_full(path):
             assert score == max_score, f"{path.name}: {cell.metadata.nbgrader.grade_id} scored {score}/{max_score}"
 
 
-STUDENT = [p for p in (REPO / "notebooks").rglob("*.ipynb")
-           if ".ipynb_checkpoints" not in p.parts and any(
-               is_grade(c) for c in nbformat.read(p, as_version=4).cells)]
+STUDENT = sorted(p for p in (REPO / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
 @pytest.mark.parametrize("path", STUDENT, ids=[p.name for p in STUDENT])
-def test_blank_student_notebook_scores_zero(path):
-    """The setup, exercise and test cells of the released notebook, as a student who did nothing submits them."""
+def test_blank_student_notebook_runs_all_and_scores_zero(path):
+    """Run All on the notebook as released, every exercise and every prediction left blank: no cell fails or writes
+    to stderr (the cells that need an exercise say so), and each test cell gives 0 and says the exercise is not done."""
     nb = nbformat.read(path, as_version=4)
-    nb.cells = [c for c in nb.cells if "setup" in c.metadata.get("tags", []) or "nbgrader" in c.metadata
-                and (c.metadata.nbgrader.get("solution") or is_grade(c)) and c.cell_type == "code"]
-    execute(nb, path.parent, allow_errors=True)
-    graded = [c for c in nb.cells if is_grade(c)]
-    assert graded
-    for cell in graded:
+    execute(nb, path.parent)
+    for i, cell in enumerate(nb.cells):
+        assert not stderr_of(cell), f"{path.name} cell {i} wrote to stderr:\n{stderr_of(cell)[:800]}"
+    for cell in (c for c in nb.cells if is_grade(c) and c.cell_type == "code"):
         assert determine_grade(cell)[0] == 0, f"{path.name}: {cell.metadata.nbgrader.grade_id} gave marks for nothing"
-        assert not stderr_of(cell), f"{path.name}: the test cell wrote to stderr"
         assert "NotImplementedError" in json.dumps(cell.outputs), "the report should say the exercise is not done"
