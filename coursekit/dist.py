@@ -158,7 +158,7 @@ def run_under_torchrun(fn, *args):
         # still holds the group is freed now, not during interpreter shutdown. Without these, a gloo worker now and
         # then aborted at exit ("terminate called without an active exception") after its peer had left, and the
         # other node's torchrun agent then waited out its exit barrier.
-        barrier(torch.device("cuda", int(os.environ["LOCAL_RANK"])) if backend == "nccl" else torch.device("cpu"))
+        barrier(my_device())
         return result
     finally:
         gc.collect()

@@ -1,5 +1,7 @@
 """The course's conventions hold for every lesson: one source of truth, matching points, a setup cell."""
 import json
+import re
+from pathlib import Path
 
 from autograder.course import SETUP_TAG
 from autograder.exercises import all_exercises
@@ -47,9 +49,6 @@ def test_released_names_are_unique(course):
 
 def test_readme_lesson_table_lists_every_graded_exercise_with_its_points(course):
     """The README's "You implement (graded)" column names each notebook's exercises and points, as the course has them."""
-    import re
-    from pathlib import Path
-
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     listed = {}
     for line in readme.splitlines():

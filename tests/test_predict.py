@@ -65,12 +65,11 @@ NO_PREDICTION = re.compile(r"Exercise|Summary|Recorded on a GPU|Where to go next
 PREDICTION_INPUT = re.compile(r"^(my_\w+) = None\b", re.M)
 
 
-def sections(path: Path) -> list[tuple[str, list[dict]]]:
-    """The notebook's level-2 sections (## title), each with its cells, subsections included."""
+def sections(cells: list[dict]) -> list[tuple[str, list[dict]]]:
+    """A notebook's level-2 sections (## title), each with its cells, subsections included."""
     found: list[tuple[str, list[dict]]] = []
-    for cell in json.loads(path.read_text())["cells"]:
-        text = "".join(cell["source"])
-        heading = re.search(r"^## (.+)$", text, re.M) if cell["cell_type"] == "markdown" else None
+    for cell in cells:
+        heading = re.search(r"^## (.+)$", "".join(cell["source"]), re.M) if cell["cell_type"] == "markdown" else None
         if heading:
             found.append((heading.group(1).strip(), []))
         if found:
@@ -80,11 +79,12 @@ def sections(path: Path) -> list[tuple[str, list[dict]]]:
 
 @pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
 def test_every_section_asks_for_a_prediction_and_compares_it(path):
-    code = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    cells = json.loads(path.read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
     missing = []
-    for title, cells in sections(path):
-        inputs = [name for c in cells if c["cell_type"] == "code"
-                  for name in PREDICTION_INPUT.findall("".join(c["source"]))]
+    for title, section in sections(cells):
+        inputs = [name for source in ("".join(c["source"]) for c in section if c["cell_type"] == "code")
+                  for name in PREDICTION_INPUT.findall(source)]
         if not NO_PREDICTION.search(title) and not inputs:
             missing.append(title)
         for name in inputs:  # the answer is compared with a measurement in a later cell

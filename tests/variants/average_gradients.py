@@ -101,16 +101,12 @@ def _loop(body: str) -> str:
 
 WRONG = {
     # averages, then takes the optimizer's step itself: the training loop's own step then moves the weights twice
-    "also_steps_the_parameters": ('''
-def average_gradients(model, lr=0.01):
-    world_size = dist.get_world_size()
-    for param in model.parameters():
-        if param.grad is None:
-            continue
-        dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
-        param.grad.div_(world_size)
-        param.data.add_(param.grad, alpha=-lr)
-''', ["never the parameters"]),
+    "also_steps_the_parameters": (_loop('''
+if p.grad is not None:
+    dist.all_reduce(p.grad)
+    p.grad /= world_size
+    p.data.add_(p.grad, alpha=-0.01)
+'''), ["never the parameters"]),
     "sums_without_dividing": (_loop('''
 if p.grad is not None:
     dist.all_reduce(p.grad)
