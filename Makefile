@@ -17,7 +17,7 @@ env: $(VENV)/.installed
 
 ## lab: open JupyterLab on the course (nbgrader's Validate, assignment list and formgrader enabled)
 lab: env
-	cd autograder/course && ../../$(VENV)/bin/jupyter lab --port=$(PORT) \
+	cd classroom && ../$(VENV)/bin/jupyter lab --port=$(PORT) \
 	    --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/00-start-here.ipynb \
 	    $(if $(filter 0,$(shell id -u)),--allow-root)
 
@@ -66,5 +66,5 @@ gpu-evidence-dry: env
 	$(PY) -m bench.gpu_evidence --dry-run --out $(or $(OUT),/tmp/gpu-evidence-dry)
 
 clean:
-	rm -rf autograder/course/gradebook.db autograder/course/submitted autograder/course/autograded \
-	       autograder/course/feedback autograder/course/exchange test-artifacts .pytest_cache
+	rm -rf classroom/gradebook.db classroom/submitted classroom/autograded \
+	       classroom/feedback classroom/exchange test-artifacts .pytest_cache

@@ -6,10 +6,10 @@ from pathlib import Path
 
 
 def _grade(args) -> int:
-    from .batch import grade_class
-    from .escape import terminal
-    from .sandbox import Limits, make_sandbox
-    from .submissions import SubmissionsError
+    from .grader.batch import grade_class
+    from .grader.escape import terminal
+    from .grader.sandbox.sandbox import Limits, make_sandbox
+    from .grader.submissions import SubmissionsError
 
     if not Path(args.submissions).exists():
         print(f"error: {terminal(args.submissions)} does not exist", file=sys.stderr)
@@ -41,36 +41,48 @@ def _grade(args) -> int:
     return 1 if summary.problems else 0
 
 
+def _report(problems: list[str], ok: str) -> int:
+    for p in problems:
+        print(p, file=sys.stderr)
+    print(ok if not problems else f"{len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+def _observe_public() -> dict[str, dict]:
+    """Every reference solution observed on the public scenarios, in a worker like class grading's (the
+    solutions are trusted code, so without isolation)."""
+    from .authoring.course import load_course
+    from .grader.grading import reference_observations
+    from .grader.sandbox.sandbox import make_sandbox
+
+    course = load_course()
+    return reference_observations(course, course.exercises, make_sandbox(enabled=False), salt=0)
+
+
 def _generate(args) -> int:
-    from .generate import check_generated, generate
+    from .authoring.generate import check_generated, generate
+    from .authoring.reference_files import stale_references, write_references
 
     if args.check:
-        problems = check_generated()
-        for p in problems:
-            print(p, file=sys.stderr)
-        print("student notebooks match solutions/" if not problems else f"{len(problems)} problem(s)")
-        return 1 if problems else 0
-    for line in generate():
+        return _report(check_generated() + stale_references(), "student notebooks and reference observations "
+                                                                "match solutions/")
+    for line in generate() + write_references(_observe_public()):
         print(line)
     return 0
 
 
 def _references(args) -> int:
-    from .reference_file import stale_references, write_references
+    from .authoring.reference_files import stale_references, write_references
 
     if args.check:
-        problems = stale_references()
-        for p in problems:
-            print(p, file=sys.stderr)
-        print("reference observations match solutions/" if not problems else f"{len(problems)} problem(s)")
-        return 1 if problems else 0
-    for line in write_references():
+        return _report(stale_references(), "reference observations match solutions/")
+    for line in write_references(_observe_public()):
         print(line)
     return 0
 
 
 def _student_kit(args) -> int:
-    from .studentkit import build_student_kit
+    from .authoring.studentkit import build_student_kit
 
     for line in build_student_kit(Path(args.out)):
         print(line)

@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.class_builder import filled, reference_source, released_notebook, write
-from autograder.course import load_course
+from autograder.authoring.class_builder import filled, reference_source, released_notebook, write
+from autograder.authoring.course import load_course
 from coursekit import describe_device
 
 REPO = Path(__file__).resolve().parent.parent

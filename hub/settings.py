@@ -8,7 +8,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-COURSE_ID = "training-at-scale"  # nbgrader's course id (autograder/course/nbgrader_config.py)
+COURSE_ID = "training-at-scale"  # nbgrader's course id (classroom/nbgrader_config.py)
 PINNED = {"jupyterhub": "6.1.1"}  # the hub and every user's server run this JupyterHub
 
 
@@ -34,7 +34,7 @@ class HubSettings:
     @property
     def nbgrader_course(self) -> Path:
         """nbgrader's course directory inside it (gradebook.db, submitted/, autograded/, feedback/)."""
-        return self.course / "autograder" / "course"
+        return self.course / "classroom"
 
     @property
     def exchange(self) -> Path:

@@ -75,8 +75,8 @@ def copy_course(dest: Path) -> Path:
     skip = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
     for folder in ("solutions", "notebooks"):
         shutil.copytree(REPO / folder, dest / folder, ignore=skip)
-    (dest / "autograder" / "course").mkdir(parents=True)
-    shutil.copy(REPO / "autograder" / "course" / "nbgrader_config.py", dest / "autograder" / "course")
+    (dest / "classroom").mkdir(parents=True)
+    shutil.copy(REPO / "classroom" / "nbgrader_config.py", dest / "classroom")
     (dest / "Makefile").write_text((REPO / "Makefile").read_text())
     return dest
 
@@ -219,7 +219,7 @@ class Screenshots:
 
 def reference_solution(exercise: str) -> str:
     """The instructor's solution cell as a student would leave it: markers removed."""
-    from autograder.course import load_course
+    from autograder.authoring.course import load_course
 
     source = load_course().spec_for_exercise(exercise).reference_code[exercise]
     return "\n".join(line for line in source.splitlines() if "### BEGIN SOLUTION" not in line

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from processes import subreaper  # noqa: F401  (a fixture for every test module)
 
-from autograder.course import load_course
-from autograder.define import define_function
-from autograder.exercises import get_exercise
-from autograder.reference import reference_function
+from autograder.authoring.course import load_course
+from autograder.exercises.define import define_function
+from autograder.exercises import all_exercises, get_exercise
+from autograder.exercises.observing import observe
+from autograder.authoring.course import reference_function
 
 REPO = Path(__file__).resolve().parent.parent
 # Tests start nbgrader, jupyter and torchrun as programs, and nbgrader itself runs `alembic`: find them in
@@ -30,7 +31,7 @@ def reference_observation(exercise: str, salt: int = 0) -> dict:
 @cache
 def _reference_json(exercise: str, salt: int) -> str:
     """Observed once per session: rank-spawning references cost seconds, and every variant is graded against one."""
-    return json.dumps(get_exercise(exercise).observe_as_reference(reference_function(exercise), salt=salt))
+    return json.dumps(observe(get_exercise(exercise), reference_function(exercise), salt=salt, as_reference=True))
 
 
 def grade_source(exercise: str, source: str, salt: int = 0):
@@ -43,17 +44,21 @@ def grade_source(exercise: str, source: str, salt: int = 0):
     fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", source)], exercise)
     ex = get_exercise(exercise)
     reference = reference_observation(exercise, salt)  # before the variant runs: it may change global state
-    return ex.grade(json.loads(json.dumps(ex.observe(fn, salt=salt))), reference)
+    return ex.grade(json.loads(json.dumps(observe(ex, fn, salt=salt))), reference)
 
 
 def variant_modules() -> dict[str, object]:
-    """tests/variants/<exercise>.py for every exercise that has one."""
+    """tests/variants/<package>.py for every exercise that has one, by exercise name (a suite is named after its
+    exercise's package: ``tensor_parallel_mlp.py`` for ``TensorParallelMLP``)."""
+    by_package = {ex.package.rpartition(".")[2]: name for name, ex in all_exercises().items()}
+    return {by_package[m.name]: importlib.import_module(f"variants.{m.name}")
+            for m in pkgutil.iter_modules(variants_path()) if m.name in by_package}
+
+
+def variants_path() -> list[str]:
     import variants
 
-    modules = [importlib.import_module(f"variants.{m.name}") for m in pkgutil.iter_modules(variants.__path__)
-               if not m.name.startswith("_")]  # _template.py is not a suite
-    # A suite is named after its exercise; a class exercise's suite (tensor_parallel_mlp.py) says EXERCISE_NAME.
-    return {getattr(m, "EXERCISE_NAME", m.__name__.rpartition(".")[2]): m for m in modules}
+    return variants.__path__
 
 
 @pytest.fixture(scope="session")

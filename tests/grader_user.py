@@ -48,7 +48,7 @@ def _as_user(user: pwd.struct_passwd) -> list[str]:
 
 def _imports(python: str, user: pwd.struct_passwd) -> bool:
     probe = subprocess.run(_as_user(user) + ["env", "-i", "PATH=/usr/bin:/bin", "HOME=/tmp", python, "-c",
-                                            "import torch, nbgrader, autograder.worker"],
+                                            "import torch, nbgrader, autograder.grader.sandbox.worker"],
                            capture_output=True, cwd="/", timeout=300)
     return probe.returncode == 0
 

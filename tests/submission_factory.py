@@ -1,7 +1,7 @@
-"""Build submitted notebooks the way students produce them (autograder.class_builder), and grade a small class."""
+"""Build submitted notebooks the way students produce them (autograder.authoring.class_builder), and grade a small class."""
 from pathlib import Path
 
-from autograder.class_builder import filled, reference_source, released_notebook, write  # noqa: F401  (re-exported)
+from autograder.authoring.class_builder import filled, reference_source, released_notebook, write  # noqa: F401  (re-exported)
 
 
 def grade_one_exercise_class(tmp_path: Path, notebook: str, exercise: str, answers: dict[str, str | None]) -> dict:

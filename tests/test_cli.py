@@ -14,7 +14,7 @@ import pytest
 from submission_factory import filled, reference_source, released_notebook, write
 from variants.train_with_accumulation import WRONG
 
-from autograder.escape import file_stem
+from autograder.grader.escape import file_stem
 
 NB = "01_gradient_accumulation.ipynb"
 EX = "train_with_accumulation"

@@ -3,7 +3,7 @@ import json
 import re
 from pathlib import Path
 
-from autograder.course import SETUP_TAG
+from autograder.authoring.course import SETUP_TAG
 from autograder.exercises import all_exercises
 
 

@@ -372,7 +372,7 @@ def test_a_cuda_scenario_the_reference_could_not_run_costs_nothing():
     import copy
 
     from autograder.exercises import get_exercise
-    from autograder.reference import reference_function
+    from autograder.authoring.course import reference_function
 
     exercise = get_exercise("train_amp")
     reference = exercise.observe_as_reference(reference_function("train_amp"))

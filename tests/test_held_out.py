@@ -1,7 +1,7 @@
 """Class grading runs on held-out scenarios: the reference results shipped in the student kit (public scenarios)
 cannot be replayed for a grade.
 
-A submission that looks its answers up in the installed ``reference_observations.json`` (the sandbox lets a
+A submission that looks its answers up in the installed ``references/gpipe_schedule.json`` (the sandbox lets a
 student's cell read the grader's package, so it can) passes every public self-check and scores full marks when
 the class is graded on the public scenarios, and earns nothing on the held-out ones the grader uses by default.
 """
@@ -12,15 +12,15 @@ import sys
 import pytest
 from submission_factory import filled, reference_source, write
 
-from autograder.course import load_course
-from autograder.grading import held_out_salt
+from autograder.authoring.course import load_course
+from autograder.grader.grading import held_out_salt
 
 NB, EX = "04_model_pipeline_parallel.ipynb", "gpipe_schedule"
 REPLAY = '''
 import json, pathlib, autograder
-_OBS = json.loads((pathlib.Path(autograder.__file__).parent / "reference_observations.json").read_text())
+_OBS = json.loads((pathlib.Path(autograder.__file__).parent / "references" / "gpipe_schedule.json").read_text())
 _TABLES = {(s["case"]["num_stages"], s["case"]["num_microbatches"]): s["table"]
-           for s in _OBS["exercises"]["gpipe_schedule"]["observation"]["scenarios"].values() if "table" in s}
+           for s in _OBS["observation"]["scenarios"].values() if "table" in s}
 
 
 def gpipe_schedule(num_stages, num_microbatches):

@@ -42,7 +42,7 @@ torch.equal = lambda *a, **k: True
 torch.testing.assert_close = lambda *a, **k: None
 math.isclose = lambda *a, **k: True
 numpy.allclose = lambda *a, **k: True
-import autograder.exercise as ex
+import autograder.exercises.reading as ex
 ex.close = lambda *a, **k: True
 ex.max_abs_diff = lambda *a, **k: 0.0
 ''' + WRONG_BODY, "differ"),
@@ -54,12 +54,13 @@ sys.excepthook = lambda *a: None
 sys.displayhook = lambda value: None
 ''' + WRONG_BODY, "differ"),
     "fakes_the_observation": ('''
-import autograder.exercises.train_with_accumulation as me
+import autograder.exercises.train_with_accumulation.observe as me
+from autograder.exercises.train_with_accumulation.cases import SCENARIOS
 def fake(fn, **kwargs):
     return {"scenarios": {k: {"returned_is_float": True, "returned_has_graph": False, "returned_type": "float",
             "returned": 1.0, "steps": 2, "step_grads": [], "params": [], "training": True, "max_graphs_alive": 0}
-            for k in me.SCENARIOS}}
-object.__setattr__(me.EXERCISE, "observe", fake)
+            for k in SCENARIOS}}
+me.observe = fake
 ''' + WRONG_BODY, "differ"),
     "copies_the_reference_solution": ('''
 import json, glob, os, autograder
@@ -72,13 +73,13 @@ cells = json.load(open(paths[0]))["cells"]
 exec("".join(next(c["source"] for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == "train_with_accumulation")))
 ''', "no solutions visible"),
     "imports_the_reference_loader": ('''
-from autograder.reference import reference_function
+from autograder.authoring.course import reference_function
 train_with_accumulation = reference_function("train_with_accumulation")
 ''', "solutions"),
     "reads_the_gradebook": ('''
 import os, autograder
-course = os.path.join(os.path.dirname(autograder.__file__), "course")
-if not os.listdir(course):
+classroom = os.path.join(os.path.dirname(os.path.dirname(autograder.__file__)), "classroom")
+if not os.path.isdir(classroom) or not os.listdir(classroom):
     raise RuntimeError("the course folder is empty here")
 ''' + WRONG_BODY, "empty here"),
     "uses_the_network": ('''

@@ -18,7 +18,7 @@ import pytest
 from grader_user import REPO, USER, grade, is_root, shared_folder
 from submission_factory import filled, reference_source, released_notebook
 
-from autograder.escape import file_stem
+from autograder.grader.escape import file_stem
 
 NB, EX = "01_gradient_accumulation.ipynb", "train_with_accumulation"
 KEY = f"{NB}::{EX}"
@@ -61,8 +61,8 @@ def _with_html_outputs(cells):
     cells.insert(0, {"cell_type": "markdown", "metadata": {}, "source": "<img src=x onerror=alert(2)> hello"})
 
 
-REFERENCE_RETURN = json.loads((REPO / "autograder" / "reference_observations.json").read_text())[
-    "exercises"][EX]["observation"]["scenarios"]["default"]["returned"]
+REFERENCE_RETURN = json.loads((REPO / "autograder" / "references" / f"{EX}.json").read_text())[
+    "observation"]["scenarios"]["default"]["returned"]
 
 # student: {file: content}. Content: a dict (notebook JSON), bytes, ("symlink", target) or ("fifo",).
 CLASS = {

@@ -16,15 +16,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from submission_factory import filled, reference_source, released_notebook
 
-from autograder.batch import _wanted_notebooks
-from autograder.escape import csv_cell, file_stem, md_code, md_text, terminal
-from autograder.gradebook import cell_json, gradebook_id
-from autograder.grading import Row
-from autograder.notebook import KINDS, Cell, Notebook, NotebookProblem, exercise_cells, parse_notebook
-from autograder.protocol import BadMessage, TaskResult, parse_line, within_depth
-from autograder.report import feedback_markdown, grades_csv, summary_csv
-from autograder.sandbox import Limits, Sandbox
-from autograder.submissions import Refused, Submission, discover, match_notebooks
+from autograder.grader.batch import _wanted_notebooks
+from autograder.grader.escape import csv_cell, file_stem, md_code, md_text, terminal
+from autograder.grader.gradebook import cell_json, gradebook_id
+from autograder.grader.grading import Row
+from autograder.grader.notebook import KINDS, Cell, Notebook, NotebookProblem, exercise_cells, parse_notebook
+from autograder.grader.protocol import BadMessage, TaskResult, parse_line, within_depth
+from autograder.grader.report import feedback_markdown, grades_csv, summary_csv
+from autograder.grader.sandbox.sandbox import Limits, Sandbox
+from autograder.grader.submissions import Refused, Submission, discover, match_notebooks
 
 NB, EX = "01_gradient_accumulation.ipynb", "train_with_accumulation"
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -281,7 +281,7 @@ def test_students_cannot_read_each_other_or_the_course(hub):
 def test_nothing_a_student_can_read_holds_solution_code(hub, tmp_path):
     """Every file student bob can open under the hub's folders and everyone's homes, scanned for solution code
     and solution markers (the student environment is the leak-checked kit wheel: its files are scanned too)."""
-    from autograder.studentkit import find_leaks
+    from autograder.authoring.studentkit import find_leaks
 
     bob = hub.user("bob")
     roots = [hub.settings.root, hub.settings.envs, "/home"]

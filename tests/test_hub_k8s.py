@@ -146,6 +146,6 @@ def test_the_student_images_build_steps_run_in_a_plain_venv(student_kit, tmp_pat
             assert (venv / "bin" / program).exists(), f"CMD {program} is not installed"
     assert not_run == ["useradd --create-home --uid 1000 --gid 100 jovyan"], not_run
     # run from the scratch folder: `python -c` puts the working directory (here, the repository) on sys.path
-    leaks = subprocess.run([str(venv / "bin" / "python"), "-c", "import autograder.course"], capture_output=True,
+    leaks = subprocess.run([str(venv / "bin" / "python"), "-c", "import autograder.authoring.course"], capture_output=True,
                            cwd=tmp_path, env=env)
     assert leaks.returncode != 0, "the student image must not contain the instructor's course module"

@@ -14,7 +14,7 @@ from nbgrader_cli import COURSE, NBGRADER, run
 from processes import descendants_left
 from submission_factory import filled, reference_source, released_notebook, write
 
-from autograder.course import load_course
+from autograder.authoring.course import load_course
 
 pytestmark = pytest.mark.slow
 

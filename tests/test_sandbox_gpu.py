@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from autograder import sandbox as sandbox_module
-from autograder.batch import BatchSummary
-from autograder.devices import CPU_ONLY, Devices, gpu_candidate, nvidia_device_nodes
-from autograder.sandbox import Limits, Sandbox, _bwrap_args, _bwrap_works, make_sandbox
+from autograder.grader.sandbox import sandbox as sandbox_module
+from autograder.grader.batch import BatchSummary
+from autograder.grader.sandbox.devices import CPU_ONLY, Devices, gpu_candidate, nvidia_device_nodes
+from autograder.grader.sandbox.sandbox import Limits, Sandbox, _bwrap_args, _bwrap_works, make_sandbox
 
 CPU_LINE = "devices: cpu only (no GPU visible to the grader: CUDA scenarios not graded)"
 
@@ -133,8 +133,8 @@ def test_reference_and_students_are_observed_with_the_same_sandbox(tmp_path, mon
     """grade_class passes its one sandbox to the reference's observation and to every student's tasks."""
     from submission_factory import filled, reference_source, write
 
-    from autograder import batch, grading
-    from autograder.protocol import TaskResult
+    from autograder.grader import batch, grading
+    from autograder.grader.protocol import TaskResult
 
     seen = []
 
@@ -156,7 +156,7 @@ def test_reference_and_students_are_observed_with_the_same_sandbox(tmp_path, mon
 
 
 def test_a_dask_worker_without_the_graders_gpu_stops_the_batch_with_a_reason():
-    from autograder.cluster import _remote_sandbox
+    from autograder.grader.cluster import _remote_sandbox
 
     assert not _remote_sandbox(True, Limits(), None, False).devices.cuda
     if not os.path.exists("/dev/nvidiactl"):

@@ -54,6 +54,7 @@ def test_state_bytes_finds_the_optimizer_wherever_it_is_kept():
     assert ex.state_bytes(object()) == 0
 
 
+@pytest.mark.slow  # grades a deadlock: the launch timeout in every scenario
 def test_no_process_left_after_grading_in_this_process(subreaper):
     for source in (reference_source(EX), WRONG["empty_shard_crashes"][0], WRONG["only_the_owner_broadcasts"][0]):
         grade_source(EX, source)

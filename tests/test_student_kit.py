@@ -23,17 +23,16 @@ from hypothesis import strategies as st
 from nbgrader_cli import COURSE, NBGRADER, run
 from submission_factory import filled, reference_source, released_notebook
 
-from autograder import observations
-from autograder.course import load_course
+from autograder.authoring.course import load_course, reference_function
+from autograder.authoring.reference_files import stale_references
+from autograder.authoring.studentkit import KIT, find_leaks, solution_bodies, student_files
 from autograder.exercises import get_exercise
-from autograder.incell import check
-from autograder.reference import reference_function
-from autograder.reference_file import stale_references
-from autograder.studentkit import find_leaks, solution_bodies, student_modules
+from autograder.selfcheck import check
+from autograder.selfcheck import recorded as observations
 
 REPO = Path(__file__).resolve().parent.parent
 L1, L1_EXERCISE = "01_gradient_accumulation.ipynb", "train_with_accumulation"
-SHIPPED = observations.FILE.read_bytes()
+SHIPPED = observations.reference_file(L1_EXERCISE).read_bytes()
 
 
 # ---- the shipped reference file, read as a student's test cell reads it ---------------------------
@@ -49,8 +48,13 @@ def student_mode(monkeypatch):
 
 
 def run_check(exercise: str, fn, reference_file: Path | None = None, monkeypatch=None):
+    """The test cell's check in student mode; with ``reference_file``, that file stands for the shipped one."""
     if reference_file is not None:
-        monkeypatch.setattr(observations, "FILE", reference_file)
+        folder = reference_file.parent / f"shipped-{reference_file.stem}"
+        folder.mkdir(exist_ok=True)
+        if reference_file.exists():
+            shutil.copyfile(reference_file, observations.reference_file(exercise, folder))
+        monkeypatch.setattr(observations, "FOLDER", folder)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         score = check(exercise, fn)
@@ -61,13 +65,13 @@ def _rebuilt(mutate) -> bytes:
     """The shipped file after ``mutate(data)``, with a digest that matches again (a consistent, wrong file)."""
     data = json.loads(SHIPPED)
     mutate(data)
-    data["digest"] = observations.digest(data["exercises"])
+    data["digest"] = observations.digest(data)
     return json.dumps(data).encode()
 
 
 def _edited_value() -> bytes:
     data = json.loads(SHIPPED)
-    data["exercises"][L1_EXERCISE]["observation"]["scenarios"]["default"]["returned"] += 1.0
+    data["observation"]["scenarios"]["default"]["returned"] += 1.0
     return json.dumps(data).encode()
 
 
@@ -78,15 +82,15 @@ BROKEN_FILES = {  # case: (file content or None for missing, phrase the student 
     "edited_by_hand": (_edited_value(), "changed after it was built"),
     "not_an_object": (b"[1, 2, 3]", "not one this version"),
     "other_format": (_rebuilt(lambda d: d.update(format=99)), "not one this version"),
-    "exercise_missing": (_rebuilt(lambda d: d["exercises"].pop(L1_EXERCISE)), f"nothing for `{L1_EXERCISE}`"),
-    "other_checks": (_rebuilt(lambda d: d["exercises"][L1_EXERCISE].update(checks="0" * 16)), "not the ones"),
+    "another_exercise": (_rebuilt(lambda d: d.update(exercise="train_amp")), "holds another exercise"),
+    "other_checks": (_rebuilt(lambda d: d.update(checks="0" * 16)), "not the ones"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BROKEN_FILES))
 def test_a_broken_reference_file_gives_one_sentence_and_no_score(case, student_mode, monkeypatch, tmp_path, capfd):
     content, phrase = BROKEN_FILES[case]
-    path = tmp_path / "reference_observations.json"
+    path = tmp_path / f"{L1_EXERCISE}.json"
     if content is not None:
         path.write_bytes(content)
     score, printed = run_check(L1_EXERCISE, reference_function(L1_EXERCISE), path, monkeypatch)
@@ -151,27 +155,34 @@ def test_recorded_gpu_scenarios_cost_a_cpu_only_student_nothing():
 
 
 def test_a_stale_file_is_caught(tmp_path):
-    assert stale_references() == [], "autograder/reference_observations.json is out of date: run " \
-                                     "`python -m autograder references`"
-    stale = tmp_path / "stale.json"
-    stale.write_bytes(_rebuilt(lambda d: d["exercises"][L1_EXERCISE].update(solution="0" * 16)))
-    assert any("solution or setup cells of `train_with_accumulation` changed" in p for p in stale_references(stale))
-    stale.write_bytes(_rebuilt(lambda d: d["exercises"].pop("train_amp")))
-    assert any("no reference for `train_amp`" in p for p in stale_references(stale))
+    assert stale_references() == [], "autograder/references/ is out of date: run `python -m autograder references`"
+    stale = tmp_path / "stale"
+    shutil.copytree(observations.FOLDER, stale)
+    observations.reference_file(L1_EXERCISE, stale).write_bytes(_rebuilt(lambda d: d.update(solution="0" * 16)))
+    observations.reference_file("train_amp", stale).unlink()
+    problems = stale_references(stale)
+    assert any("solution or setup cells of `train_with_accumulation` changed" in p for p in problems), problems
+    assert any("references/train_amp.json is missing" in p for p in problems), problems
+    (stale / "gone_exercise.json").write_text("{}")
+    assert any("gone_exercise.json belongs to no exercise" in p for p in stale_references(stale))
 
 
 # ---- what goes into the kit, and what must not ----------------------------------------------
 
-def test_the_kit_carries_the_check_side_of_the_grader_only():
-    names = {p.relative_to(REPO).as_posix() for p in student_modules()}
-    for needed in ("autograder/__init__.py", "autograder/incell.py", "autograder/observations.py",
-                   "autograder/exercise.py", "autograder/verdict.py", "autograder/exercises/__init__.py"):
+def test_the_kit_carries_the_declared_parts_only():
+    """The kit's contents are declared (``KIT``), not computed: the exercises, the self-check and the references,
+    never the grader, the authoring tools or the command line."""
+    names = {p.relative_to(REPO).as_posix() for p in student_files()}
+    assert KIT == ("autograder/__init__.py", "autograder/exercises", "autograder/selfcheck", "autograder/references")
+    for needed in ("autograder/__init__.py", "autograder/selfcheck/__init__.py", "autograder/selfcheck/recorded.py",
+                   "autograder/exercises/protocol.py", "autograder/exercises/verdict.py"):
         assert needed in names
-    modules = {get_exercise(e).observe.__module__ for e in load_course().exercises}  # a class's file is snake_case
-    assert {m.replace(".", "/") + ".py" for m in modules} <= names and len(modules) == len(load_course().exercises)
-    for instructor_only in ("course", "reference", "reference_file", "studentkit", "cli", "batch", "grading",
-                            "sandbox", "worker", "runner", "gradebook", "generate"):
-        assert f"autograder/{instructor_only}.py" not in names
+    for exercise in load_course().exercises:
+        package = get_exercise(exercise).package.replace(".", "/")
+        assert {f"{package}/{part}.py" for part in ("__init__", "cases", "observe", "checks")} <= names
+        assert f"autograder/references/{exercise}.json" in names
+    assert not [n for n in names if n.startswith(("autograder/grader/", "autograder/authoring/"))
+                or n in ("autograder/cli.py", "autograder/__main__.py")]
 
 
 def test_the_leak_scanner_finds_solution_code_wherever_it_is(tmp_path):
@@ -195,11 +206,11 @@ def test_the_built_kit_holds_no_solution_and_no_instructor_file(student_kit):
     assert find_leaks(student_kit) == []
     (wheel,) = student_kit.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "autograder/reference_observations.json" in names
+    assert "autograder/references/train_with_accumulation.json" in names
     for lesson in (REPO / "notebooks").rglob("*"):
         if lesson.is_file() and "__pycache__" not in lesson.parts:
             assert f"training_at_scale_student/course/{lesson.relative_to(REPO / 'notebooks').as_posix()}" in names
-    assert not [n for n in names if n.startswith(("solutions/", "tests/", "bench/")) or n.endswith("course.py")]
+    assert not [n for n in names if n.startswith(("solutions/", "tests/", "bench/", "autograder/grader/", "autograder/authoring/"))]
     recorded = {p.relative_to(REPO).as_posix() for p in (REPO / "coursekit" / "results").iterdir()}
     assert recorded and recorded <= set(names), "recorded GPU results must reach the students' lessons"
     assert (student_kit / "README.md").read_text().startswith("# Training at Scale — student kit")
@@ -327,11 +338,11 @@ def test_installed_kit_hides_the_instructor_tools(installed_kit):
 
 @pytest.mark.slow
 def test_installed_kit_reports_an_edited_reference_file(installed_kit, tmp_path):
-    (shipped,) = installed_kit.venv.glob("lib/python*/site-packages/autograder/reference_observations.json")
+    (shipped,) = installed_kit.venv.glob(f"lib/python*/site-packages/autograder/references/{L1_EXERCISE}.json")
     original = shipped.read_bytes()
     try:
         data = json.loads(original)
-        data["exercises"][L1_EXERCISE]["observation"]["scenarios"]["default"]["returned"] *= 1.001
+        data["observation"]["scenarios"]["default"]["returned"] *= 1.001
         shipped.write_text(json.dumps(data))  # a student "adjusting" a reference value
         job = {L1_EXERCISE: {"setup": load_course().notebooks[L1].setup_code,
                              "cases": {"reference": reference_source(L1_EXERCISE)}}}
@@ -348,8 +359,8 @@ def test_the_class_grader_never_reads_the_shipped_file(monkeypatch, tmp_path):
     would make the blank notebook look right) changes nothing, and the file is never even opened."""
     from submission_factory import write
 
-    from autograder.batch import grade_class
-    from autograder.sandbox import make_sandbox
+    from autograder.grader.batch import grade_class
+    from autograder.grader.sandbox.sandbox import make_sandbox
 
     def forged(data):  # the blank notebook's observation recorded as the "reference"
         data["exercises"][L1_EXERCISE]["observation"] = {"scenarios": {}}

@@ -4,7 +4,6 @@ scenarios (salt 0: the notebook's self-check) and on held-out ones (the class gr
 The variants live in tests/variants/<exercise>.py; each wrong one names the checks it must fail, or says
 ``EVERY_CHECK`` when it must score 0 in total (a constant, a function that does nothing).
 """
-import importlib
 import json
 
 import pytest
@@ -12,7 +11,8 @@ from conftest import grade_source, reference_observation, variant_modules
 from variants import EVERY_CHECK
 
 from autograder.exercises import get_exercise
-from autograder.observations import load_recorded
+from autograder.exercises.observing import observe
+from autograder.selfcheck.recorded import load_recorded
 
 HELD_OUT_SALTS = (1, 2)  # any non-zero salt works; every variant meets one of them, each salt half of the variants
 SALTS = (0, *HELD_OUT_SALTS)
@@ -27,18 +27,23 @@ def _salts(module, kind: str, index: int, name: str) -> tuple[int, ...]:
     return (0, HELD_OUT_SALTS[(index + (kind == "WRONG")) % len(HELD_OUT_SALTS)])
 
 
-CASES = [(ex, kind, name, salt) for ex, module in variant_modules().items()
+def _marks(module, name: str, salt: int) -> list:
+    """The fast tier (``make test-fast``) grades every variant on the public scenarios; held-out salts and the
+    variants that deadlock (they cost the launch timeout in every scenario) run in the full tier."""
+    return [pytest.mark.slow] if salt or name in getattr(module, "PUBLIC_ONLY", ()) else []
+
+
+CASES = [pytest.param(ex, kind, name, salt, marks=_marks(module, name, salt), id=f"{ex}-{kind.lower()}-{name}-salt{salt}")
+         for ex, module in variant_modules().items()
          for kind in ("CORRECT", "WRONG") for index, name in enumerate(getattr(module, kind))
          for salt in _salts(module, kind, index, name)]
 
 
 def exercise_cases(exercise: str):
-    """The exercise module's ``cases(salt)`` (a class exercise's module has a snake_case name of its own)."""
-    return importlib.import_module(get_exercise(exercise).observe.__module__).cases
+    return get_exercise(exercise).cases
 
 
-@pytest.mark.parametrize("exercise,kind,name,salt", CASES,
-                         ids=[f"{e}-{k.lower()}-{n}-salt{s}" for e, k, n, s in CASES])
+@pytest.mark.parametrize("exercise,kind,name,salt", CASES)
 def test_variant(exercise, kind, name, salt):
     entry = getattr(variant_modules()[exercise], kind)[name]
     if kind == "CORRECT":
@@ -60,6 +65,7 @@ def test_variant(exercise, kind, name, salt):
             assert r.feedback.endswith((".", ")", "!")) and len(r.feedback) < 400, "feedback must be one plain sentence"
 
 
+@pytest.mark.slow  # observes every reference on two held-out salts
 @pytest.mark.parametrize("exercise", sorted(variant_modules()))
 def test_replaying_the_shipped_reference_earns_nothing(exercise):
     """The student kit ships the reference's observation of the public scenarios. Replayed as a student's
@@ -82,16 +88,15 @@ def test_salts_give_their_own_scenarios(exercise):
 
 @pytest.mark.parametrize("salt", SALTS)
 def test_the_template_exercise_works(salt):
-    """autograder/exercises/_template.py with its suite tests/variants/_template.py: copy both, and they work."""
+    """autograder/exercises/_template/ with its suite tests/variants/_template.py: copy both, and they work."""
     from variants import _template as suite
 
-    from autograder.define import define_function
+    from autograder.exercises.define import define_function
     from autograder.exercises._template import EXERCISE
 
     def observed(source, as_reference=False):
         fn = define_function([("setup", suite.SETUP), ("cell", source)], EXERCISE.name)
-        observe = EXERCISE.observe_as_reference if as_reference else EXERCISE.observe
-        return json.loads(json.dumps(observe(fn, salt=salt)))
+        return json.loads(json.dumps(observe(EXERCISE, fn, salt=salt, as_reference=as_reference)))
 
     reference = observed(suite.REFERENCE, as_reference=True)
     for name, source in suite.CORRECT.items():

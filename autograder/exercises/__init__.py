@@ -1,20 +1,22 @@
-"""Registry of graded exercises: one module per exercise, each defining ``EXERCISE``.
+"""The graded exercises: one package per exercise, each defining ``EXERCISE`` in its ``__init__``.
 
-Adding an exercise = adding a module here; nothing else to register. Modules whose name starts with ``_``
-(``_template.py``) are not exercises and are skipped.
+An exercise package holds ``cases.py`` (its scenarios and sizes), ``checks.py`` (the verdict: plain Python, no
+torch) and ``observe.py`` (what runs next to the student's code: the only module that imports torch, loaded only
+there). Adding an exercise = adding a package here; nothing else to register. Names starting with ``_``
+(``_template``) are not exercises and are skipped. This registry imports only the pure parts.
 """
 import importlib
 import pkgutil
 from functools import cache
 
-from ..exercise import Exercise
+from .protocol import Exercise
 
 
 @cache
 def all_exercises() -> dict[str, Exercise]:
     found = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
+        if info.name.startswith("_") or not info.ispkg:
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         exercise = getattr(module, "EXERCISE", None)

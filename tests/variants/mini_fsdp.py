@@ -7,7 +7,6 @@ must fail for it.
 """
 from variants import EVERY_CHECK
 
-EXERCISE_NAME = "MiniFSDP"  # the class name; this file is named in snake_case
 PUBLIC_ONLY = {"deadlocks_rank_one"}  # graded at salt 0 only: it costs the launch timeout in every scenario
 
 _FLAT_AUTOGRAD = '''

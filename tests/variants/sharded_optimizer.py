@@ -6,7 +6,6 @@ fail for it.
 """
 from variants import EVERY_CHECK
 
-EXERCISE_NAME = "ShardedOptimizer"  # the class's name; the suite and the module are sharded_optimizer.py
 # Graded under the public scenarios only (tests/test_variants.py): a deadlock costs the launch timeout in every scenario.
 PUBLIC_ONLY = {"only_the_owner_broadcasts"}
 

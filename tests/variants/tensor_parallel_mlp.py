@@ -6,7 +6,6 @@ phrase of their title) that must fail for it.
 """
 from variants import EVERY_CHECK
 
-EXERCISE_NAME = "TensorParallelMLP"  # the class name; this file keeps Python's snake_case
 PUBLIC_ONLY = ("deadlocks_on_three_ranks",)  # it costs the launch timeout: graded under salt 0 only
 
 # f and g as in the lesson, used by most wrong variants (each changes one thing).

@@ -1,0 +1,30 @@
+"""The scenarios of ``BucketedDDP`` and the sizes of its model (plain Python)."""
+from ..scenarios import salted_seed
+
+VOCAB, HIDDEN, EXTRA = 10, 8, 4     # token model: Embedding(VOCAB, HIDDEN) → 2 × Linear(HIDDEN, HIDDEN) → VOCAB
+BATCH, STEPS = 6, 3                 # per-rank batch of tokens, optimizer steps
+LR, MOMENTUM = 0.1, 0.9
+MODEL_SEED, DATA_SEED = 4321, 77    # the public scenarios' seeds (salt 0)
+GRAD_ATOL, PARAM_ATOL = 1e-6, 1e-5  # float32 round-off between valid styles (divide before or after, flat or not)
+MIB = 1024 * 1024
+ONE_BUCKET_MB = 1.0                 # the whole model is about 1 KiB: one bucket
+PER_PARAM_MB = 1e-6                 # about 1 byte: smaller than any parameter, so one bucket per parameter
+MID_MB = 288 / MIB                  # one Linear(8, 8) layer's weight and bias: several buckets of 1–2 parameters
+
+SCENARIOS = {  # name: (world size, bucket MiB, model kind, ranks start from different weights?, what it is)
+    "one_bucket": (2, ONE_BUCKET_MB, "plain", False, "called on 2 ranks with a bucket larger than the model"),
+    "per_param": (2, PER_PARAM_MB, "plain", False,
+                  "called on 2 ranks with a bucket smaller than any parameter (one bucket per parameter)"),
+    "mid": (2, MID_MB, "plain", False, "called on 2 ranks with buckets of one or two parameters"),
+    "three_ranks": (3, MID_MB, "plain", True, "called on 3 ranks that start from different weights"),
+    "special": (2, MID_MB, "special", False,
+                "the model has a frozen bias, an unused layer and tied weights (2 ranks)"),
+}
+
+
+def cases(salt: int) -> dict[str, dict]:
+    """Every scenario's inputs; the seeds are public for salt 0 and held out for any other salt."""
+    return {name: {"what": text, "world_size": world_size, "bucket_size_mb": bucket_mb, "model": kind,
+                   "different_init": different, "steps": STEPS,
+                   "model_seed": salted_seed(MODEL_SEED, salt), "data_seed": salted_seed(DATA_SEED, salt)}
+            for name, (world_size, bucket_mb, kind, different, text) in SCENARIOS.items()}

@@ -1,0 +1,151 @@
+"""The checks of ``BucketedDDP``: plain Python on the observations (no torch here)."""
+from ..reading import case, close, flat, parallel, rank_results, scale_factor, what
+from .cases import GRAD_ATOL, PARAM_ATOL
+
+FORBIDDEN = ("Your BucketedDDP builds torch's DistributedDataParallel: this exercise asks you to write the buckets, "
+             "hooks and all-reduces yourself (see the lesson), so it earns no points.")
+NO_FORWARD = ("Your BucketedDDP has no forward method: define forward(self, *inputs, **kwargs) that returns "
+              "self.module(*inputs, **kwargs).")
+
+
+def ranks_of(student: dict, reference: dict, key: str) -> list[dict]:
+    """The scenario's per-rank records, or a ScenarioError with one sentence for the student."""
+    # "missing the required": nn.Module's own NotImplementedError (no forward), not the blank exercise's
+    return rank_results(student, reference, key, forbidden=FORBIDDEN,
+                        reword=lambda message: NO_FORWARD if "missing the required" in message else message)
+
+
+def gradient_problem(student: dict, reference: dict, key: str) -> str | None:
+    """Whether every rank's gradients after every step equal DDP's, and its trained parameters too."""
+    c = case(reference, key)
+    n, when = c["world_size"], what(reference, key)
+    ranks, truth = ranks_of(student, reference, key), reference["ddp"][key]
+    names = ranks_of(reference, reference, key)[0]["names"]
+    for step in range(c["steps"]):
+        for rank, mine in enumerate(ranks):
+            got, want = mine["steps"][step]["grads"], truth["grads"][step]
+            where = f"When {when}, after step {step + 1} rank {rank}"
+            for name, g, w in zip(names, got, want):
+                if (g is None) != (w is None):
+                    return (f"{where} has {'no' if g is None else 'a'} gradient for {name}, where DDP leaves "
+                            f"{'one' if g is None else 'None'}: " + (
+                                "every trained parameter must get its averaged gradient back." if g is None else
+                                "leave .grad None for frozen and unused parameters (fill zeros only in the buffer)."))
+            if close(flat(got), flat(want), atol=GRAD_ATOL, rtol=1e-4):
+                continue
+            factor = scale_factor(flat(got), flat(want))
+            if factor is not None and abs(factor) < 1e-6 and close(flat(got), [0.0] * len(got), atol=GRAD_ATOL):
+                return f"{where} holds zero gradients: .grad must hold the average over ranks."
+            if factor is not None and close(flat(got), [factor * w for w in flat(want)], atol=GRAD_ATOL, rtol=1e-4):
+                if abs(factor - n) < 1e-3:
+                    return (f"{where} holds {n}× the average gradient: all_reduce sums, so divide by the world size "
+                            "(once).")
+                return f"{where} holds {factor:.3g}× the average gradient: divide the sum by the world size ({n})."
+            wrong = [name for name, g, w in zip(names, got, want)
+                     if g is not None and not close(g, w, atol=GRAD_ATOL, rtol=1e-4)]
+            if any(not close(flat(other["steps"][step]["grads"]), flat(got), atol=GRAD_ATOL, rtol=1e-4)
+                   for other in ranks):
+                return (f"{where} holds a gradient other ranks do not (for {', '.join(wrong[:3])}): every bucket "
+                        "must be all-reduced and copied back into .grad on every rank.")
+            return (f"{where} holds the wrong gradient for {', '.join(wrong[:3])}: each must be copied back from its "
+                    "own place in its bucket after that bucket's all-reduce has finished, the same buckets on every "
+                    "rank.")
+    if len(ranks) != n or not all(close(r["final"], truth["final"], atol=PARAM_ATOL) for r in ranks):
+        return f"When {when}, the parameters after {c['steps']} steps differ from DistributedDataParallel's."
+    return None
+
+
+def averaged_for_real(got: dict, want: dict) -> str | None:
+    """The evidence: on every rank the first step's gradients point the way the reference's averaged ones do
+    (any scale). Only gradients really combined across ranks from the seeded data do that: a rank's own
+    gradient, a constant or an invented observation does not."""
+    mine, theirs = got["ranks"], want["ranks"]
+    if len(mine) == len(theirs) and all(parallel(flat(m["steps"][0]["grads"]), flat(t["steps"][0]["grads"]))
+                                        for m, t in zip(mine, theirs)):
+        return None
+    return (f"when {want['case']['what']}, the gradients after your finish_gradient_synchronization are not the "
+            "ranks' gradients combined.")
+
+
+def calls_per_step(ranks: list[dict]) -> list[list[int]]:
+    """Per rank and step: the sizes (elements) of the all-reduces issued during that step."""
+    return [[[e[2] for e in s["events"] if e[0] == "issue"] for s in r["steps"]] for r in ranks]
+
+
+def in_flight_while_computing(events: list) -> int:
+    """How many gradients became ready while some all-reduce was issued and not yet waited for."""
+    outstanding, count = set(), 0
+    for event in events:
+        if event[0] == "issue":
+            outstanding.add(event[1])
+        elif event[0] == "wait":
+            outstanding.discard(event[1])
+        elif event[0] == "ready" and outstanding:
+            count += 1
+    return count
+
+
+# ---- the checks ----------------------------------------------------------------------------
+
+def check_one_bucket(student, reference):
+    return gradient_problem(student, reference, "one_bucket")
+
+
+def check_per_param(student, reference):
+    return gradient_problem(student, reference, "per_param")
+
+
+def check_mid(student, reference):
+    return gradient_problem(student, reference, "mid")
+
+
+def check_three_ranks(student, reference):
+    key = "three_ranks"
+    ranks = ranks_of(student, reference, key)
+    start = ranks[0]["after_init"]
+    if not all(close(r["after_init"], start, atol=0.0) for r in ranks[1:]):
+        return (f"When {what(reference, key)}, the ranks still hold different weights after BucketedDDP(...): "
+                "broadcast every parameter from rank 0 in __init__, as DDP does.")
+    return gradient_problem(student, reference, key)
+
+
+def check_special(student, reference):
+    return gradient_problem(student, reference, "special")
+
+
+def check_buckets(student, reference):
+    total = sum(len(g) for g in ranks_of(reference, reference, "one_bucket")[0]["steps"][0]["grads"])
+    n_params = len(ranks_of(reference, reference, "per_param")[0]["names"])
+    for key, allowed, rule in (
+            ("one_bucket", lambda sizes: sizes == [total],
+             "one bucket means one dist.all_reduce of one flat tensor holding every gradient"),
+            ("per_param", lambda sizes: len(sizes) == n_params and sum(sizes) == total,
+             "a bucket smaller than any parameter means one all-reduce per parameter"),
+            ("mid", lambda sizes: 1 < len(sizes) < n_params and sum(sizes) == total,
+             "each bucket is all-reduced once as one flat tensor, every gradient in exactly one bucket")):
+        for rank_calls in calls_per_step(ranks_of(student, reference, key)):
+            for step, sizes in enumerate(rank_calls):
+                if not sizes:
+                    return (f"When {what(reference, key)}, the grader saw no dist.all_reduce in step {step + 1}: "
+                            "call dist.all_reduce(flat_bucket, async_op=True) itself (it counts those calls).")
+                if not allowed(sizes):
+                    return (f"When {what(reference, key)}, step {step + 1} issued {len(sizes)} all-reduce(s) of "
+                            f"{sum(sizes)} values in all: {rule}.")
+    return None
+
+
+def check_overlap(student, reference):
+    for key in ("per_param", "mid"):
+        for rank, r in enumerate(ranks_of(student, reference, key)):
+            for step, s in enumerate(r["steps"]):
+                where = f"When {what(reference, key)}, in step {step + 1} on rank {rank}"
+                events = s["events"]
+                issued = [i for i, e in enumerate(events) if e[0] == "issue"]
+                backward_done = next((i for i, e in enumerate(events) if e[0] == "backward done"), len(events))
+                if issued and issued[0] > backward_done:
+                    return (f"{where} every all-reduce started after backward() had finished: launch each bucket's "
+                            "all-reduce from a gradient hook as soon as its last gradient is ready.")
+                if in_flight_while_computing(events) < 2:
+                    return (f"{where} no all-reduce was still running while backward computed further gradients: "
+                            "use async_op=True and wait for the handles only in finish_gradient_synchronization.")
+    return None

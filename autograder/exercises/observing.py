@@ -1,0 +1,90 @@
+"""The observing side: runs next to the student's code (in a grading worker, or in the student's kernel).
+
+``observe(exercise, fn, salt=...)`` loads the exercise's observer module (``Exercise.observer``, the only part of
+an exercise that imports torch) and returns its observation: plain JSON-like data in one shape, built by
+``observation``::
+
+    {"salt": 0,
+     "scenarios": {"k2": {"case": {"what": "called with accumulation_steps=2", ...}, ...measured values},
+                   "k3": {"case": {...}, "error": "ValueError: ..."}},    # the function raised there
+     ...}                                                                 # extras only the reference needs
+
+An observer module defines ``observe(fn, *, salt=0)`` and, when the reference needs more than that (an accepted
+variant's outcome, a ground truth computed with torch's own implementation), ``observe_reference``.
+"""
+import importlib
+import numbers
+from collections.abc import Callable
+
+
+def observer_of(exercise):
+    return importlib.import_module(exercise.observer)
+
+
+def observe(exercise, fn, *, salt: int = 0, as_reference: bool = False) -> dict:
+    """The exercise's observation of ``fn`` (the reference's adds what only the reference needs)."""
+    module = observer_of(exercise)
+    run = getattr(module, "observe_reference", module.observe) if as_reference else module.observe
+    return run(fn, salt=salt)
+
+
+def observation(salt: int, cases: dict[str, dict], run: Callable[[dict], dict]) -> dict:
+    """The one shape of an observation: ``run(case)`` for every case, each recorded with its case.
+
+    ``cases`` maps a scenario key to the scenario's inputs, JSON-like, with ``"what"``: the words that
+    finish "Your function raised ... when ...". An exception in one scenario costs only that scenario.
+    """
+    return {"salt": salt,
+            "scenarios": {key: {"case": case, **run_scenario(lambda case=case: run(case))}
+                          for key, case in cases.items()}}
+
+
+def run_scenario(call: Callable[[], dict]) -> dict:
+    """Run one scenario; an exception becomes ``{"error": ...}`` so other scenarios still count."""
+    try:
+        return call()
+    except OSError as exc:
+        if exc.errno == 27:  # EFBIG: the sandbox's file-size limit is also the output limit
+            return {"error": "too much output (it printed more than the grader allows)"}
+        return {"error": describe_exception(exc)}
+    except Exception as exc:
+        return {"error": describe_exception(exc)}
+
+
+def describe_exception(exc: BaseException) -> str:
+    return (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)[:300]
+
+
+def plain(value, *, sizes: tuple[int, ...] = (64, 64, 64)):
+    """A returned value as plain data: numbers, short strings, None, and nested lists for sequences, at most
+    ``sizes[d]`` items at nesting depth ``d`` (deeper: a description). Anything else becomes ``"<type name>"``."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return value[:40]
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        try:
+            return float(value)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    elif isinstance(value, (list, tuple)) and sizes:
+        return [plain(v, sizes=sizes[1:]) for v in list(value)[:sizes[0]]]
+    return f"<{type(value).__name__}>"
+
+
+def tensor_data(t) -> list[float]:
+    """A tensor as a flat list of Python floats (plain data for the verdict)."""
+    return [float(v) for v in t.detach().to("cpu").double().flatten().tolist()]
+
+
+def float32_data(t) -> list[float]:
+    """A float32 tensor as plain floats with 9 significant digits: exactly its float32 values, in half the
+    characters of ``tensor_data`` (the reference observations ship with the student kit)."""
+    return [float(f"{v:.9g}") for v in t.detach().float().flatten().tolist()]
+
+
+def params_data(model) -> list[float]:
+    """All parameters of a model, flattened in registration order."""
+    return [v for p in model.parameters() for v in tensor_data(p)]

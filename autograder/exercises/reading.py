@@ -1,0 +1,141 @@
+"""Reading an observation: plain Python only, no torch (the trusted side of every exercise).
+
+Checks take every scenario's inputs (its ``case``) from the *reference* observation and never trust the shape of
+the student's: ``scenario`` turns a failed or missing scenario into a ``ScenarioError`` with one sentence for
+the student, and the comparisons below treat a wrong shape or a non-finite value as a mismatch.
+"""
+import math
+from collections.abc import Callable
+
+NOT_DONE = "Your function still raises NotImplementedError: replace that line with your code."
+DEADLOCK = "deadlock"  # the error of a rank-spawning scenario whose ranks waited for each other until stopped
+
+
+class ScenarioError(Exception):
+    """A check cannot run because the function failed in the scenario it needs; the message says so."""
+
+
+def scenario(observation: dict, key: str, what: str) -> dict:
+    """The named scenario's data, or a ScenarioError that says the function failed there (``what``: when)."""
+    data = observation.get("scenarios", {}).get(key)
+    if not isinstance(data, dict):
+        raise ScenarioError(f"No result for {what}: the grader's observation is incomplete.")
+    if "error" in data:
+        if str(data["error"]) == "NotImplementedError":  # the blank scaffold's bare raise (nn.Module's has words)
+            raise ScenarioError(NOT_DONE)
+        if data["error"] == DEADLOCK:
+            raise ScenarioError(f"When {what}, a rank waited in a collective that another rank never called (the "
+                                "grader stopped them): every rank must call the same collectives, in the same order, "
+                                "on tensors of the same shape.")
+        raise ScenarioError(f"Your function raised {str(data['error']).rstrip('.')} when {what}.")
+    return data
+
+
+def case(reference: dict, key: str) -> dict:
+    """A scenario's inputs, as the reference observed it (never the student's copy)."""
+    return reference["scenarios"][key]["case"]
+
+
+def what(reference: dict, key: str) -> str:
+    """A scenario in words, for "when ...": e.g. "called with accumulation_steps=2"."""
+    return case(reference, key)["what"]
+
+
+def scenario_keys(reference: dict, names) -> list[str]:
+    """The reference's scenario keys for ``names``, in observation order.
+
+    A scenario observed on another device has the key ``name@device`` (e.g. ``bf16@cuda``) and belongs to ``name``.
+    One the reference itself could not run there (CUDA failed to start in the grader's sandbox) cannot be judged,
+    so it is left out and costs nothing. A CPU scenario the reference could not run stays in: that is a bug.
+    """
+    return [key for key in reference["scenarios"] if key.partition("@")[0] in names
+            and not ("@" in key and "error" in reference["scenarios"][key])]
+
+
+def max_abs_diff(a: list, b: list) -> float:
+    """Largest absolute difference; infinite when shapes differ or a value is not finite."""
+    if not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b):
+        return math.inf
+    worst = 0.0
+    for x, y in zip(a, b):
+        x, y = float(x), float(y)
+        if not (math.isfinite(x) and math.isfinite(y)):
+            if x != y:
+                return math.inf
+            continue
+        worst = max(worst, abs(x - y))
+    return worst
+
+
+def parallel(a: list, b: list, *, min_cos: float = 1 - 1e-6) -> bool:
+    """a = c·b for some c > 0, up to ``min_cos`` (cosine similarity): the same direction, any scale.
+
+    The exercises use it as *evidence* that a function really computed something from the seeded data
+    (e.g. its first update points the reference's way), which an impostor observation cannot invent.
+    """
+    if not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b) or not a:
+        return False
+    dot = sum(float(x) * float(y) for x, y in zip(a, b))
+    na, nb = math.sqrt(sum(float(x) ** 2 for x in a)), math.sqrt(sum(float(y) ** 2 for y in b))
+    return na > 0 and nb > 0 and math.isfinite(dot) and dot / (na * nb) > min_cos
+
+
+def close(a: list, b: list, *, atol: float, rtol: float = 0.0) -> bool:
+    """Elementwise |a-b| <= atol + rtol*|b|, written in plain Python."""
+    if not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        x, y = float(x), float(y)
+        if math.isnan(x) or math.isnan(y) or abs(x - y) > atol + rtol * abs(y):
+            return False
+    return True
+
+
+def off_by(got: float, want: float) -> str:
+    """How far a student's number is from the reference's, too coarse to recover the reference's value from.
+
+    Feedback says "off by about 28%", never the reference's digits: those could be copied into a function
+    that returns a constant.
+    """
+    if not (math.isfinite(got) and math.isfinite(want)) or want == 0:
+        return "not the expected value"
+    error = abs(got - want) / abs(want)
+    return ("off by less than 1%" if error < 0.01 else f"off by about {error:.0%}" if error < 10
+            else "off by more than a factor of 10")
+
+
+# ---- rank exercises ----------------------------------------------------------------------------
+
+def rank_results(student: dict, reference: dict, key: str, *, forbidden: str = "",
+                 reword: Callable[[str], str] | None = None) -> list[dict]:
+    """A rank scenario's per-rank records, confirmed present: one record for each of the scenario's ranks.
+
+    Otherwise a ScenarioError with one sentence: the student's code raised (``reword`` may turn a known message
+    into better advice), a rank flagged the use of what the exercise forbids (``forbidden`` says why that earns
+    nothing), or the ranks' results are missing (never read as "nothing wrong").
+    """
+    when = what(reference, key)
+    try:
+        ranks = scenario(student, key, when).get("ranks")
+    except ScenarioError as exc:
+        if reword:
+            raise ScenarioError(reword(str(exc))) from None
+        raise
+    world_size = case(reference, key)["world_size"]
+    if not isinstance(ranks, list) or len(ranks) != world_size or not all(
+            isinstance(r, dict) and isinstance(r.get("forbidden"), bool) for r in ranks):
+        raise ScenarioError(f"When {when}, the grader did not get a result from each of the {world_size} ranks.")
+    if any(r["forbidden"] for r in ranks):
+        raise ScenarioError(forbidden or "Your code uses what this exercise asks you to write yourself.")
+    return ranks
+
+
+def flat(grads) -> list:
+    """Per-parameter gradient lists joined into one, None (no gradient) left out."""
+    return [v for g in grads if g is not None for v in g] if isinstance(grads, list) else []
+
+
+def scale_factor(got: list[float], want: list[float]) -> float | None:
+    """c minimising |got − c·want| (how many times the reference's value the student's is)."""
+    denominator = sum(w * w for w in want)
+    return sum(g * w for g, w in zip(got, want)) / denominator if denominator else None

@@ -1,0 +1,42 @@
+"""Lesson 5 exercise: ``ShardedOptimizer``, ZeRO stage 1 written by the student.
+
+``ShardedOptimizer(params, optimizer_cls, **kwargs)`` is a ``torch.optim.Optimizer`` that, on every rank of an
+initialised process group, keeps ``optimizer_cls``'s state only for this rank's share of the parameters, steps
+only that share, and then shares the updated parameters, so that after ``step()`` every rank holds the same
+parameters as one process running ``optimizer_cls`` on all of them. ``add_param_group`` works as for any
+optimizer (the hyperparameters of every group are kept).
+
+The grader really runs it: 2 or 3 forked local ranks (gloo, ``coursekit.dist.launch``) build the same seeded
+model and give every rank the same gradient (the full batch on every rank, as DDP's all-reduce would leave it),
+then step the student's optimizer a few times. Each rank records its parameters after every step and the bytes of
+optimizer state its optimizer holds: the tensors (``dim > 0``) in the ``state`` of every ``torch.optim.Optimizer``
+reachable from the student's object, itself included. The reference observation adds, on rank 0, the same
+training with the unsharded ``optimizer_cls`` (on the same gradients, in the same process): the ground truth.
+
+Not allowed: using ``torch.distributed.optim.ZeroRedundancyOptimizer`` (as the class or inside it). The exercise
+is to write the sharding; the lesson measures torch's version next to the student's. Such a submission fails
+every check with a sentence that says so.
+"""
+from ..protocol import Check, Exercise
+from . import checks
+from .cases import cases
+
+EXERCISE = Exercise(
+    name="ShardedOptimizer",
+    notebook="05_fsdp_zero.ipynb",
+    cases=cases,
+    observer=f"{__name__}.observe",
+    evidence=checks.did_real_work,
+    timeout_s=60,  # four launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each
+    checks=[
+        Check("Matches unsharded AdamW with weight decay after several steps (2 ranks)", 2, checks.check_adamw),
+        Check("Matches unsharded SGD with momentum after several steps (3 ranks)", 2, checks.check_sgd),
+        Check("Every rank holds the same parameters after every step()", 2, checks.check_same_everywhere,
+              evidence=("adamw_two", "sgd_three")),
+        Check("Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks)", 2,
+              checks.check_state_is_sharded, evidence=("adamw_two", "sgd_three")),
+        Check("Keeps every parameter group's hyperparameters, also for groups added with add_param_group", 2,
+              checks.check_groups),
+        Check("Works when there are fewer parameter tensors than ranks (a rank owns nothing)", 1, checks.check_few_params),
+    ],
+)

@@ -1,0 +1,23 @@
+"""The scenarios of ``ShardedOptimizer`` and the sizes of its model (plain Python)."""
+from ..scenarios import salted_seed
+
+IN, HIDDEN, OUT, BATCH = 6, 8, 4, 16
+STEPS = 3
+PARAM_ATOL = 1e-6        # float32 round-off between valid styles (per tensor or one flat shard)
+
+
+# name: (world size, optimizer, model, what it is: the words after "when")
+SCENARIOS = {
+    "adamw_two": (2, "AdamW", "mlp", "AdamW with weight decay runs on 2 ranks"),
+    "sgd_three": (3, "SGD", "mlp", "SGD with momentum runs on 3 ranks"),
+    "groups": (2, "AdamW", "groups", "two parameter groups with their own lr and weight_decay run on 2 ranks, and a "
+               "third group is added with add_param_group after the first step"),
+    "few_params": (3, "SGD", "tiny", "a model with 2 parameter tensors runs on 3 ranks (one rank owns nothing)"),
+}
+
+
+def cases(salt: int) -> dict[str, dict]:
+    """Every scenario's inputs; the seeds are public for salt 0 and held out for any other salt."""
+    return {name: {"what": words, "world_size": world_size, "optimizer": optimizer, "model": model,
+                   "steps": STEPS, "model_seed": salted_seed(100 + i, salt), "data_seed": salted_seed(200 + i, salt)}
+            for i, (name, (world_size, optimizer, model, words)) in enumerate(SCENARIOS.items())}

@@ -1,0 +1,150 @@
+"""Observing ``ShardedOptimizer`` on real ranks: the same seeded gradients on every rank, a few steps."""
+import sys
+import warnings
+from types import ModuleType
+
+import torch
+import torch._dynamo  # noqa: F401  torch.optim imports it lazily (3–6 s): here, once, not in every forked rank
+from torch import nn
+
+from ..observing import tensor_data
+from ..ranks import observe_on_ranks, student_call
+from .cases import BATCH, HIDDEN, IN, OUT, cases
+
+OPTIMIZERS = {           # name: (class, keyword arguments)
+    "AdamW": (torch.optim.AdamW, {"lr": 0.01, "betas": (0.9, 0.99), "weight_decay": 0.1}),
+    "SGD": (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}),
+}
+
+
+def make_model(case: dict) -> nn.Module:
+    """The same on every rank (same seed). "mlp" has 6 tensors of unequal sizes, "tiny" only 2."""
+    torch.manual_seed(case["model_seed"])
+    if case["model"] == "tiny":
+        return nn.Linear(IN, OUT)
+    return nn.Sequential(nn.Linear(IN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, OUT))
+
+
+def param_groups(case: dict, model: nn.Module):
+    """What the optimizer is constructed with, and the group added after the first step (or None).
+
+    "groups": the hidden layers' weights and biases in two groups with their own hyperparameters; the last
+    layer joins later through add_param_group, with its own lr. Otherwise: model.parameters(), a generator.
+    """
+    if case["model"] != "groups":
+        return model.parameters(), None
+    hidden = [model[0], model[2]]
+    return ([{"params": [layer.weight for layer in hidden], "weight_decay": 0.2},
+             {"params": [layer.bias for layer in hidden], "weight_decay": 0.0, "lr": 0.02}],
+            {"params": list(model[4].parameters()), "lr": 0.005})
+
+
+def batch(case: dict):
+    generator = torch.Generator().manual_seed(case["data_seed"])
+    return torch.randn(BATCH, IN, generator=generator), torch.randn(BATCH, OUT, generator=generator)
+
+
+def set_gradients(model: nn.Module, x, y) -> None:
+    """The same full batch on every rank: every rank holds the same (already averaged) gradient."""
+    for p in model.parameters():
+        p.grad = None
+    nn.functional.mse_loss(model(x), y).backward()
+
+
+def tensors(model: nn.Module) -> list[list[float]]:
+    """The parameters, per tensor; 9 significant digits are exact for float32 and keep the shipped file small."""
+    return [[float(f"{v:.9g}") for v in tensor_data(p)] for p in model.parameters()]
+
+
+def state_bytes(optimizer) -> int:
+    """Bytes of optimizer state the object holds: in the ``state`` of every torch.optim.Optimizer reachable from
+    it (itself included), the tensors with dim > 0 (Adam's step counter is a scalar), each storage once."""
+    storages = {}
+    for opt in optimizers_in(optimizer):
+        state = getattr(opt, "state", None)  # None when a subclass skipped Optimizer.__init__
+        for param_state in state.values() if isinstance(state, dict) else ():
+            for t in param_state.values() if isinstance(param_state, dict) else ():
+                if torch.is_tensor(t) and t.dim() > 0:
+                    storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
+def per_param_state_bytes(optimizer, model: nn.Module) -> list[int]:
+    """A plain torch optimizer's state bytes for each parameter tensor (the largest bounds a rank's imbalance)."""
+    return [sum(t.numel() * t.element_size() for t in optimizer.state[p].values() if torch.is_tensor(t) and t.dim())
+            for p in model.parameters()]
+
+
+def optimizers_in(root, limit: int = 5000) -> list:
+    """Every torch.optim.Optimizer reachable from ``root`` through attributes, lists, tuples, sets and dicts."""
+    found, seen, stack = [], set(), [root]
+    while stack and len(seen) < limit:
+        obj = stack.pop()
+        if id(obj) in seen or torch.is_tensor(obj) or isinstance(obj, (str, bytes, int, float, type, ModuleType)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.optim.Optimizer):
+            found.append(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, nn.Module):
+            stack.extend(vars(obj).values())
+    return found
+
+
+def uses_torch_zero(optimizer) -> bool:
+    """Whether the object is, or holds, torch's ZeroRedundancyOptimizer."""
+    module = sys.modules.get("torch.distributed.optim.zero_redundancy_optimizer")
+    zero = getattr(module, "ZeroRedundancyOptimizer", None)
+    return zero is not None and any(isinstance(o, zero) for o in optimizers_in(optimizer))
+
+
+def train(case: dict, model: nn.Module, optimizer, added_group, step) -> list[list[list[float]]]:
+    """``case["steps"]`` steps on the seeded batch; the parameters (per tensor) after every step."""
+    x, y = batch(case)
+    after = []
+    for i in range(case["steps"]):
+        if i == 1 and added_group is not None:
+            step(optimizer.add_param_group, added_group)
+        set_gradients(model, x, y)
+        step(optimizer.step)
+        after.append(tensors(model))
+    return after
+
+
+def sharded_rank(rank: int, world_size: int, cls, case: dict, with_unsharded: bool = False) -> dict:
+    """One rank: the student's optimizer on the seeded problem; rank 0 of the reference also runs the unsharded
+    optimizer on the same gradients (the ground truth)."""
+    warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
+    optimizer_cls, kwargs = OPTIMIZERS[case["optimizer"]]
+    model = make_model(case)
+    initial = tensors(model)
+    params, added = param_groups(case, model)
+    optimizer = student_call(cls, params, optimizer_cls, **kwargs)
+    steps = train(case, model, optimizer, added, student_call)
+    result = {"initial": initial, "steps": steps, "state_bytes": state_bytes(optimizer),
+              "forbidden": uses_torch_zero(optimizer)}
+    if with_unsharded and rank == 0:
+        model = make_model(case)
+        params, added = param_groups(case, model)
+        plain = optimizer_cls(params, **kwargs)
+        steps = train(case, model, plain, added, lambda f, *a: f(*a))
+        result["unsharded"] = {"steps": steps, "state_bytes": state_bytes(plain),
+                               "per_param_bytes": per_param_state_bytes(plain, model)}
+    return result
+
+
+# ---- observing: real processes ---------------------------------------------------------------
+
+def reference_rank(rank: int, world_size: int, cls, case: dict) -> dict:
+    return sharded_rank(rank, world_size, cls, case, with_unsharded=True)
+
+
+def observe(fn, *, salt: int = 0) -> dict:
+    return observe_on_ranks(salt, cases(salt), sharded_rank, fn)
+
+
+def observe_reference(fn, *, salt: int = 0) -> dict:
+    return observe_on_ranks(salt, cases(salt), reference_rank, fn)

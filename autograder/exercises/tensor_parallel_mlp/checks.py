@@ -1,0 +1,149 @@
+"""The checks of ``TensorParallelMLP``: plain Python on the observations (no torch here)."""
+from ..reading import case, close, rank_results
+from .cases import ATOL, ROLES
+
+DTENSOR = ("Your module uses torch.distributed.tensor (parallelize_module or DTensor), which does this exercise for "
+           "you: split the layers and write f and g yourself, as the lesson asks, to earn the points.")
+
+
+SHAPE_HINT = ("nn.Linear's weight is (out_features, in_features): fc1 keeps a block of rows, fc2 the same block of "
+              "columns.")
+
+
+def ranks_of(student: dict, reference: dict, key: str) -> list[dict]:
+    """The scenario's per-rank records, or a ScenarioError with one sentence for the student."""
+    # "shapes cannot be multiplied": the classic, slicing the weight along the wrong dimension
+    return rank_results(student, reference, key, forbidden=DTENSOR, reword=lambda message: f"{message} {SHAPE_HINT}"
+                        if "shapes cannot be multiplied" in message else message)
+
+
+def single(reference: dict, key: str) -> dict:
+    return reference["single"][key]
+
+
+def shard_grads_problem(ranks: list[dict], want: dict, label: str) -> str | None:
+    for rank, (r, w) in enumerate(zip(ranks, want["shards"])):
+        for role in ROLES:
+            got = r["shards"][role]
+            if got is None:
+                return (f"{label}, rank {rank} holds no parameter shaped like its shard of {role}: keep the shards as "
+                        "parameters (nn.Parameter) with the shapes the docstring gives.")
+            if got["grad"] is None:
+                return (f"{label}, rank {rank}'s shard of {role} got no gradient: compute with the shard parameters "
+                        "themselves, so that backward() reaches them.")
+            if not close(got["grad"], w[role]["grad"], atol=ATOL, rtol=1e-4):
+                return (f"{label}, rank {rank}'s gradient of its {role} shard is not its slice of the single-process "
+                        "gradient: check which slice it holds, and that g's backward passes dL/dy on unchanged.")
+    return None
+
+
+def outputs_problem(ranks: list[dict], want: dict, label: str) -> str | None:
+    for rank, r in enumerate(ranks):
+        if not close(r["output"], want["output"], atol=ATOL, rtol=1e-4):
+            return (f"{label}, rank {rank}'s output differs from the single-process MLP's: sum the partial outputs over "
+                    "the ranks once (g), then add fc2's bias once.")
+    return None
+
+
+def x_grad_problem(ranks: list[dict], want: dict, label: str) -> str | None:
+    for rank, r in enumerate(ranks):
+        if r["x_grad"] is None:
+            return (f"{label}, x.grad is None on rank {rank}: the input's gradient must flow back through your "
+                    "autograd functions (an all-reduce outside autograd cuts the graph).")
+        if not close(r["x_grad"], want["x_grad"], atol=ATOL, rtol=1e-4):
+            return (f"{label}, rank {rank}'s x.grad is not the single-process input gradient: each rank holds only its "
+                    "shard's part of it, so f's backward must sum it over the ranks.")
+    return None
+
+
+def columns(flat: list, rows: int, cols: int) -> list[list[float]]:
+    """The columns of a row-major (rows × cols) matrix given as a flat list."""
+    return [[float(flat[i * cols + j]) for i in range(rows)] for j in range(cols)]
+
+
+def shards_really_computed(got: dict, want: dict) -> str | None:
+    """The evidence: every rank holds an fc2.weight-shaped shard whose gradient's columns are columns of the
+    single-process gradient (each one needs the real GELU activation of one hidden unit of the seeded problem and
+    the real upstream gradient). A count, and an output that the unsplit MLP on every rank also gets right, are
+    believed only with it."""
+    c = want["case"]
+    d_out, k = c["d_out"], c["per_rank"]
+    true_columns = [col for w in want["ranks"] for col in columns(w["shards"]["fc2.weight"]["grad"], d_out, k)]
+    ranks = got.get("ranks")
+    if not isinstance(ranks, list) or len(ranks) != len(want["ranks"]):
+        return f"when {c['what']}, the grader found no results for every rank."
+    for r in ranks:
+        mine = (r.get("shards") or {}).get("fc2.weight") or {}
+        grad = mine.get("grad")
+        if not isinstance(grad, list) or len(grad) != d_out * k or not all(
+                any(close(col, true, atol=ATOL, rtol=1e-4) for true in true_columns)
+                for col in columns(grad, d_out, k)):
+            return (f"when {c['what']}, the ranks hold no fc2.weight shard (shape (d_out, h/N)) whose gradient comes "
+                    "from the grader's seeded problem: each rank must compute with its own shards.")
+    return None
+
+
+# ---- the checks ----------------------------------------------------------------------------------
+
+def check_shards(student, reference):
+    c = case(reference, "two_ranks")
+    want = single(reference, "two_ranks")
+    for rank, r in enumerate(ranks_of(student, reference, "two_ranks")):
+        for role in ROLES:
+            got = r["shards"][role]
+            if got is None or not close(got["value"], want["shards"][rank][role]["value"], atol=0.0):
+                part = {"fc1.weight": "rows (output features) of fc1.weight",
+                        "fc1.bias": "entries of fc1.bias", "fc2.weight": "columns (input features) of fc2.weight",
+                        "fc2.bias": "whole fc2.bias"}[role]
+                if role == "fc2.bias":
+                    return (f"On {c['world_size']} ranks, rank {rank} does not keep the whole fc2.bias, unchanged, "
+                            "as a parameter: keep all of it and add it once, after g.")
+                return (f"On {c['world_size']} ranks, rank {rank} does not keep the {part} (block {rank} of "
+                        f"{c['world_size']}, contiguous) as a parameter: nn.Linear's weight is (out_features, "
+                        "in_features), so column-parallel fc1 splits its rows.")
+    return None
+
+
+def check_output(student, reference):
+    return outputs_problem(ranks_of(student, reference, "two_ranks"), single(reference, "two_ranks"),
+                           f"On {case(reference, 'two_ranks')['world_size']} ranks")
+
+
+def check_x_grad(student, reference):
+    return x_grad_problem(ranks_of(student, reference, "two_ranks"), single(reference, "two_ranks"),
+                          f"On {case(reference, 'two_ranks')['world_size']} ranks")
+
+
+def check_weight_grads(student, reference):
+    return shard_grads_problem(ranks_of(student, reference, "two_ranks"), single(reference, "two_ranks"),
+                               f"On {case(reference, 'two_ranks')['world_size']} ranks")
+
+
+def check_three_ranks(student, reference):
+    ranks, want = ranks_of(student, reference, "three_ranks"), single(reference, "three_ranks")
+    label = f"On {case(reference, 'three_ranks')['world_size']} ranks"
+    return outputs_problem(ranks, want, label) or x_grad_problem(ranks, want, label) or \
+        shard_grads_problem(ranks, want, label)
+
+
+def count_problem(student, reference, phase: str, words: str) -> str | None:
+    for key in reference["scenarios"]:
+        n = case(reference, key)["world_size"]
+        for rank, r in enumerate(ranks_of(student, reference, key)):
+            counts = r[phase]
+            all_reduces = int(counts.get("all_reduce", 0))
+            others = sorted(kind for kind, count in counts.items() if kind != "all_reduce" and int(count))
+            if all_reduces != 1 or others:
+                extra = f" and {', '.join(others)}" if others else ""
+                return (f"On {n} ranks, rank {rank}'s {words} ran {all_reduces} all-reduce(s){extra}, not exactly "
+                        f"one all-reduce: {'g' if phase == 'forward' else 'f'} should do it, "
+                        f"{'f' if phase == 'forward' else 'g'} none.")
+    return None
+
+
+def check_forward_count(student, reference):
+    return count_problem(student, reference, "forward", "forward pass")
+
+
+def check_backward_count(student, reference):
+    return count_problem(student, reference, "backward", "backward pass")

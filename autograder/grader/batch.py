@@ -1,0 +1,170 @@
+"""Grade a whole class: discover, observe the references, grade students in parallel, write reports.
+
+Nothing lost, repeatable: each finished student is saved at once under ``OUT/.state`` (atomically), so an
+interrupted run resumes without regrading them; the reports are rebuilt from those saves, sorted, so
+the same submissions give the same files. A save is reused only when the grader's code, the references,
+the isolation, every limit and the time-out are the same as now; anything else is graded again.
+
+Which notebooks are graded: ``--notebook``, or else those that more than half of the students submitted.
+A notebook only a few students handed in (another lesson's file, an empty ``{}``) is left out for
+everyone and named in the summary, so no student's upload adds 0-rows or lowers percentages of others.
+"""
+import hashlib
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ..authoring.course import Course, load_course
+from .grading import Row, grade_submission, reference_observations
+from .report import write_atomic, write_reports
+from .sandbox.sandbox import Sandbox
+from .submissions import Submission, discover, submitted_notebooks
+
+
+@dataclass
+class BatchSummary:
+    students: int = 0
+    graded: int = 0            # students whose every exercise ran (whatever the score)
+    with_problems: int = 0     # students with at least one exercise that could not run
+    resumed: int = 0           # students taken from an earlier, interrupted run
+    seconds: float = 0.0
+    phases: dict = field(default_factory=dict)
+    isolation: str = ""
+    devices: str = ""          # what every worker, the reference's too, could use: the CPU, and a GPU or not
+    scenarios: str = ""        # held-out (the default) or public
+    gradebook: str = ""        # where scores were recorded for nbgrader's tools, if asked
+    left_out: dict = field(default_factory=dict)   # notebook -> how many students submitted it (not graded)
+    regraded: int = 0          # saved results made under other isolation/limits, graded again
+    problems: list = field(default_factory=list)   # outputs that could not be written
+
+    def line(self) -> str:
+        return (f"{self.students} students: {self.graded} fully graded, {self.with_problems} with ungradable "
+                f"exercises (reasons in grades.csv), {self.resumed} resumed; {self.seconds:.1f} s; {self.scenarios} "
+                f"scenarios; isolation: {self.isolation}; devices: {self.devices}")
+
+    def notes(self) -> list[str]:
+        notes = [f"{name} was submitted by only {count} of {self.students} students: not graded for anyone "
+                 f"(pass --notebook {name} to grade it)" for name, count in sorted(self.left_out.items())]
+        if self.regraded:
+            notes.append(f"{self.regraded} saved results were made with other isolation or limits: graded again")
+        return notes + [f"could not write {p}" for p in self.problems]
+
+
+def _grader_version(references: dict, sandbox: Sandbox, timeout: float | None) -> str:
+    """Changes when the grader's code, the reference results, the isolation or a limit changes: then
+    earlier saves are stale (a result graded without isolation is never kept once isolation exists)."""
+    digest = hashlib.sha256(json.dumps(references, sort_keys=True).encode())
+    digest.update(f"{sandbox.fingerprint()}|timeout={timeout}".encode())
+    for source in sorted(Path(__file__).parent.rglob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _wanted_notebooks(submissions: list[Submission], course: Course) -> tuple[list[str], dict[str, int]]:
+    """The notebooks more than half of the students submitted (by name or content), and the others with
+    their counts. With no majority (a class split across lessons) the most submitted ones are graded."""
+    counts = {name: 0 for name in course.notebooks}
+    for sub in submissions:
+        for name in submitted_notebooks(sub, course):
+            counts[name] += 1
+    wanted = [n for n, c in counts.items() if c and 2 * c > len(submissions)]
+    if not wanted and any(counts.values()):
+        wanted = [n for n, c in counts.items() if c == max(counts.values())]
+    return wanted or list(course.notebooks), {n: c for n, c in counts.items() if c and n not in wanted}
+
+
+def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: int | None = None,
+                timeout: float | None = None, dask_address: str | None = None, progress: bool = True,
+                notebooks: list[str] | None = None, gradebook: bool = False,
+                salt: int | None = None) -> tuple[list[Row], BatchSummary]:
+    """Grade every submission under ``submissions_path`` into ``out``. ``salt``: None grades each exercise on
+    its held-out scenarios (never the public ones whose reference results ship to students); 0 grades on the
+    public scenarios, exactly what the students' self-checks ran."""
+    started = time.perf_counter()
+    course = load_course()
+    submissions = discover(Path(submissions_path), course)
+    wanted, left_out = (notebooks, {}) if notebooks else _wanted_notebooks(submissions, course)
+    exercises = [e for n in wanted for e in course.notebooks[n].exercises]
+    references = reference_observations(course, exercises, sandbox, salt)
+    reference_s = time.perf_counter() - started
+    state = out / ".state"
+    version = _grader_version(references, sandbox, timeout)
+    summary = BatchSummary(students=len(submissions), isolation=sandbox.describe(), left_out=left_out,
+                           devices=sandbox.devices.describe(),
+                           scenarios="held-out" if salt is None else "public" if salt == 0 else f"salt {salt}")
+    rows_by_student: dict[str, list[Row]] = {}
+    todo = []
+    for sub in submissions:
+        saved = _load_state(state, sub, version, wanted)
+        if isinstance(saved, list):
+            rows_by_student[sub.student] = saved
+            summary.resumed += 1
+        else:
+            summary.regraded += saved == "stale"
+            todo.append(sub)
+
+    phases = {"reference_s": reference_s, "parse_s": 0.0, "run_s": 0.0, "verdict_s": 0.0, "worker_peak_mib": 0.0}
+    bar = tqdm(total=len(todo), desc="grading", unit="student", disable=not progress)
+    for sub, (rows, timings) in _grade_all(todo, course, wanted, references, sandbox, timeout, jobs, dask_address):
+        _save_state(state, sub, version, wanted, rows)
+        rows_by_student[sub.student] = rows
+        for key, value in timings.items():
+            phases[key] = max(phases[key], value) if key == "worker_peak_mib" else phases[key] + value
+        bar.update()
+    bar.close()
+
+    all_rows = [r for student in sorted(rows_by_student) for r in rows_by_student[student]]
+    summary.problems += write_reports(out, all_rows, exercises)
+    if gradebook:
+        from .gradebook import record_in_gradebook
+
+        summary.gradebook, problems = record_in_gradebook(all_rows, submissions, course)
+        summary.problems += problems
+    summary.graded = sum(all(r.graded for r in rows) for rows in rows_by_student.values())
+    summary.with_problems = summary.students - summary.graded
+    summary.seconds = time.perf_counter() - started
+    summary.phases = {k: round(v, 2) for k, v in phases.items()}
+    write_atomic(out / "run.json", json.dumps(asdict(summary), indent=2) + "\n")
+    return all_rows, summary
+
+
+def _grade_all(todo, course, wanted, references, sandbox, timeout, jobs, dask_address):
+    """Yield (submission, (rows, timings)) as students finish, on local threads or a Dask cluster."""
+    if dask_address:
+        from .cluster import grade_on_dask
+
+        yield from grade_on_dask(dask_address, todo, course, wanted, references, sandbox, timeout)
+        return
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        futures = {pool.submit(grade_submission, sub, course, wanted, references, sandbox, timeout): sub
+                   for sub in todo}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def _state_file(state: Path, sub: Submission) -> Path:
+    return state / (hashlib.sha256(sub.student.encode("utf-8", "surrogateescape")).hexdigest()[:24] + ".json")
+
+
+def _load_state(state: Path, sub: Submission, version: str, wanted: list[str]) -> list[Row] | str | None:
+    """The saved rows, or "stale" (saved under another grader version, isolation or limits), or None."""
+    try:
+        saved = json.loads(_state_file(state, sub).read_text())
+        if saved["fingerprint"] != sub.fingerprint() or saved["wanted"] != wanted:
+            return None
+        if saved["version"] != version:
+            return "stale"
+        return [Row(**r) for r in saved["rows"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save_state(state: Path, sub: Submission, version: str, wanted: list[str], rows: list[Row]) -> None:
+    write_atomic(_state_file(state, sub), json.dumps({
+        "student": sub.student, "fingerprint": sub.fingerprint(), "version": version, "wanted": wanted,
+        "rows": [asdict(r) for r in rows]}))

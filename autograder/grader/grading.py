@@ -1,0 +1,136 @@
+"""Grade one student: read their notebooks, run their exercise cells in a worker, judge the observations.
+
+``grade_submission`` is a plain function of plain inputs, so it runs the same in a thread here or on a
+Dask worker elsewhere. The verdict happens here, in the grader's process, on data only.
+"""
+import hashlib
+import re
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+
+from ..authoring.course import Course, reference_cells
+from ..exercises import get_exercise
+from ..exercises.verdict import feedback_sentence, total
+from .escape import strip_controls
+from .notebook import NotebookProblem, exercise_cells
+from .protocol import REASON_CHARS, TaskResult, clean_text
+from .runner import Task, run_tasks
+from .sandbox.sandbox import Sandbox
+from .submissions import Submission, match_notebooks
+
+ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+
+@dataclass
+class Row:
+    student: str
+    notebook: str
+    exercise: str
+    score: float
+    max_score: float
+    feedback: str
+    checks: list[dict] = field(default_factory=list)   # per check: title, points, score, feedback
+    output: str = ""                                   # what the student's code printed (feedback files)
+    graded: bool = True                                # False: the code could not be run (reason in feedback)
+    name: str = ""                                     # the student's readable name (from the LMS file names)
+
+    CSV_FIELDS = ("student", "notebook", "exercise", "score", "max_score", "feedback", "name")
+
+
+def _clean(text: str) -> str:
+    """Same input, same file: drop memory addresses that differ from run to run."""
+    return ADDRESS.sub("0x…", text)
+
+
+def grade_submission(submission: Submission, course: Course, wanted: list[str], references: dict[str, dict],
+                     sandbox: Sandbox, timeout: float | None = None) -> tuple[list[Row], dict]:
+    """All rows of one student (one per exercise of every wanted notebook) and phase timings.
+
+    Never raises: whatever goes wrong for this student becomes this student's rows, so the batch goes on."""
+    try:
+        return _grade_submission(submission, course, wanted, references, sandbox, timeout)
+    except Exception as exc:  # a grader bug this submission triggers: it must cost only this student's grade
+        reason = (f"The grader failed on this submission ({type(exc).__name__}); your instructor has the details "
+                  "and will grade it by hand.")
+        print(strip_controls(f"autograder: internal error while grading {submission.student!r}:\n"
+                             f"{traceback.format_exc()}"), file=sys.stderr)
+        rows = [_ungraded(submission, n, e, reason) for n in wanted for e in course.notebooks[n].exercises]
+        return rows, {"parse_s": 0.0, "run_s": 0.0, "verdict_s": 0.0, "worker_peak_mib": 0.0}
+
+
+def _grade_submission(submission, course, wanted, references, sandbox, timeout):
+    started = time.perf_counter()
+    rows: dict[tuple[str, str], Row] = {}
+    tasks: list[Task] = []
+    notes: dict[str, str] = {}
+    for name, (path, note) in match_notebooks(submission, course, wanted).items():
+        spec = course.notebooks[name]
+        notes[name] = note
+        try:
+            if path is None:
+                raise NotebookProblem(note)
+            cells = exercise_cells(submission.notebook(path), spec)
+        except NotebookProblem as problem:
+            cells = {exercise: problem for exercise in spec.exercises}
+        for exercise, code in cells.items():
+            if isinstance(code, NotebookProblem):
+                rows[(name, exercise)] = _ungraded(submission, name, exercise, (note if path else "") + str(code))
+                continue
+            setup = [(f"setup cell of {name}", c) for c in spec.setup_code]
+            tasks.append(Task(f"{name}::{exercise}", exercise, tuple(setup + [(f"your cell `{exercise}`", code)]),
+                              timeout or get_exercise(exercise).timeout_s,
+                              references[exercise]["salt"]))  # the scenarios the reference was observed on
+    parsed = time.perf_counter()
+    results, peak_mib = run_tasks(tasks, sandbox) if tasks else ({}, 0.0)
+    ran = time.perf_counter()
+    for task in tasks:
+        name, exercise = task.key.split("::")
+        rows[(name, exercise)] = _judge(submission, name, exercise, results[task.key], references[exercise],
+                                        notes[name])
+    order = {(n, e): i for i, (n, e) in enumerate((n, e) for n in wanted for e in course.notebooks[n].exercises)}
+    timings = {"parse_s": parsed - started, "run_s": ran - parsed, "verdict_s": time.perf_counter() - ran,
+               "worker_peak_mib": peak_mib}
+    return [rows[key] for key in sorted(rows, key=order.get)], timings
+
+
+def _ungraded(submission: Submission, notebook: str, exercise: str, reason: str) -> Row:
+    return Row(submission.student, notebook, exercise, 0.0, get_exercise(exercise).max_score,
+               _clean(clean_text(reason, 2 * REASON_CHARS)), graded=False, name=submission.name)
+
+
+def _judge(submission: Submission, notebook: str, exercise: str, result: TaskResult, reference: dict, note: str) -> Row:
+    ex = get_exercise(exercise)
+    if result.status != "ok":
+        row = _ungraded(submission, notebook, exercise, note + result.reason)
+        row.output = _clean(result.output)
+        return row
+    checks = ex.grade(result.observation, reference)
+    return Row(submission.student, notebook, exercise, float(total(checks)), ex.max_score,
+               _clean(strip_controls(note + feedback_sentence(checks))), [asdict(c) for c in checks],
+               _clean(result.output), name=submission.name)
+
+
+def held_out_salt(course: Course, exercise: str) -> int:
+    """The salt of the held-out scenarios an exercise is graded on: derived from its solution and setup cells,
+    which never leave the instructor's repository, so it is the same run after run and changes with the
+    solution. (Knowing it would not help a student: a scenario's answer still takes the real computation.)"""
+    from ..selfcheck.recorded import canonical
+
+    spec = course.spec_for_exercise(exercise)
+    digest = hashlib.sha256(b"held-out scenarios\0" + canonical(spec.setup_code + [spec.reference_code[exercise]]))
+    return int.from_bytes(digest.digest()[:4], "big") % (2**31 - 1) + 1
+
+
+def reference_observations(course: Course, exercises: list[str], sandbox: Sandbox,
+                           salt: int | None = None) -> dict[str, dict]:
+    """Observe every reference solution once, in the same kind of worker as the students' code: on each
+    exercise's held-out scenarios (``salt=None``, class grading) or on those of the given salt (0: public)."""
+    tasks = [Task(e, e, tuple(reference_cells(e)), max(get_exercise(e).timeout_s, 120),
+                  held_out_salt(course, e) if salt is None else salt) for e in exercises]
+    results, _ = run_tasks(tasks, sandbox, as_reference=True)
+    broken = {k: r.reason for k, r in results.items() if r.status != "ok"}
+    if broken:
+        raise RuntimeError(f"the reference solutions could not be observed: {broken}")
+    return {k: r.observation for k, r in results.items()}

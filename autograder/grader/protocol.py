@@ -1,0 +1,111 @@
+"""What the grader and a worker say to each other, as typed data with bounds (parse, don't validate).
+
+The grader sends one JSON job on the worker's stdin: ``{"as_reference", "processes", "tasks": [Task...]}``;
+a task is written as its dataclass fields, so adding a field to ``Task`` (e.g. a scenario salt) reaches the
+worker without touching the format. The worker answers with JSON lines: ``{"key", "event": "start"}``
+before each task, then a ``TaskResult``.
+
+Everything a worker sends back passed through submitted code (an observation is whatever ``observe``
+returned, a reason may hold an exception's message), so every line is parsed here, once, into a
+``TaskResult`` or rejected: bounded size and nesting depth, known keys and statuses, text without control
+characters, truncated to what the reports show.
+"""
+import json
+from dataclasses import asdict, dataclass, fields
+
+from .escape import strip_controls
+
+MAX_DEPTH = 32             # nesting of an observation (the exercises need 5)
+LINE_LIMIT = 40 << 20      # bytes of one result line
+REASON_CHARS = 600
+OUTPUT_CHARS = 2000
+
+
+class BadMessage(Exception):
+    """A line from a worker that is not a well-formed message."""
+
+
+@dataclass(frozen=True)
+class Task:
+    key: str                          # unique within one run, e.g. "01_x.ipynb::train_with_accumulation"
+    exercise: str
+    cells: tuple[tuple[str, str], ...]
+    timeout: float
+    salt: int = 0                     # which scenarios to observe: 0 the public ones, else held-out ones
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "Task":
+        """The worker's side: the grader's own job, so only shapes are restored (tuples), extra fields kept."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in raw.items() if k in known}
+        values["cells"] = tuple(tuple(c) for c in raw["cells"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    key: str
+    status: str                       # "ok" or "failed"
+    observation: dict | None          # plain JSON data when ok
+    reason: str = ""                  # for the student, when failed
+    output: str = ""                  # what the code printed (first lines)
+
+
+def failed(key: str, reason: str, output: str = "") -> TaskResult:
+    return TaskResult(key, "failed", None, clean_text(reason, REASON_CHARS), clean_text(output, OUTPUT_CHARS))
+
+
+def clean_text(text, limit: int) -> str:
+    """Text from submitted code, safe to put anywhere: no control characters or escape sequences, bounded."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    return strip_controls(text[: 4 * limit])[:limit]  # bounded before the regexes run
+
+
+def within_depth(value, limit: int = MAX_DEPTH) -> bool:
+    """True if lists/objects nest at most ``limit`` deep (checked without recursion)."""
+    stack = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return False
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return True
+
+
+def loads_bounded(data: bytes | str, *, limit: int = LINE_LIMIT, depth: int = MAX_DEPTH):
+    """json.loads with bounds on size and nesting; BadMessage instead of any other error."""
+    if len(data) > limit:
+        raise BadMessage(f"larger than {limit} bytes")
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise BadMessage("nested too deeply") from None
+    except (ValueError, TypeError) as exc:
+        raise BadMessage(f"not JSON ({type(exc).__name__})") from None
+    if isinstance(value, dict | list) and not within_depth(value, depth):
+        raise BadMessage("nested too deeply")
+    return value
+
+
+def parse_line(line: bytes, keys: set[str]) -> TaskResult | str:
+    """A worker's line: a TaskResult, or the key of a task that starts (str). Raises BadMessage."""
+    message = loads_bounded(line)
+    if not isinstance(message, dict):
+        raise BadMessage("not an object")
+    key = message.get("key")
+    if not isinstance(key, str) or key not in keys:
+        raise BadMessage("unknown key")
+    if message.get("event") == "start":
+        return key
+    status, observation = message.get("status"), message.get("observation")
+    if status == "ok" and isinstance(observation, dict):
+        return TaskResult(key, "ok", observation, "", clean_text(message.get("output"), OUTPUT_CHARS))
+    if status == "failed":
+        reason = clean_text(message.get("reason"), REASON_CHARS) or "Your code stopped without a result."
+        return TaskResult(key, "failed", None, reason, clean_text(message.get("output"), OUTPUT_CHARS))
+    raise BadMessage("no valid status")

@@ -1,0 +1,199 @@
+"""The process that runs submitted code and reports plain observations (run it inside the sandbox).
+
+Protocol: see ``protocol.py`` (one JSON job on stdin, JSON lines on the file descriptor ``--results-fd``).
+Only this zygote holds that descriptor: each task's child closes it before any submitted code runs, so a
+task can neither forge a result line nor write garbage on it.
+
+Python, torch and the exercise modules are imported once, before any submitted code exists in this
+process. Each task then runs in a forked child with its own session: a crash, hang, ``os._exit``, flood
+or monkeypatch in one task cannot reach the next one, and the zygote is never running student code.
+"""
+import argparse
+import ctypes
+import importlib
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+import torch
+
+from ...exercises import all_exercises, get_exercise
+from ...exercises.define import DefinitionError, define_function
+from ...exercises.observing import observe, observer_of
+from ..protocol import BadMessage, Task, loads_bounded
+
+RESULT_LIMIT = 32 << 20      # bytes of observation a task may send back
+OUTPUT_SHOWN = 1500          # characters of a task's printed output kept for feedback
+OUTPUT_FILE = "task-output.txt"  # in the worker's own working directory
+
+
+def _not_dumpable():
+    """PR_SET_DUMPABLE=0: processes of the same uid cannot ptrace us or read /proc/<pid>/fd."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd: int) -> None:
+    """Child side: define the function from the cells, observe it, send JSON, exit. Never returns."""
+    status = 0
+    try:
+        os.close(results_fd)  # the zygote's channel to the grader: submitted code never holds it
+        os.setsid()
+        out = os.open(OUTPUT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, 1), os.dup2(out, 2)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        exercise = get_exercise(task.exercise)
+        try:
+            fn = define_function(list(task.cells), task.exercise)
+        except DefinitionError as exc:
+            message = {"status": "failed", "reason": str(exc)}
+        else:
+            message = {"status": "ok", "observation": observe(exercise, fn, salt=task.salt, as_reference=as_reference)}
+        payload = json.dumps(message).encode()
+    except BaseException as exc:  # whatever the submitted code raised or did to the interpreter
+        payload = json.dumps({"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:400]}).encode()
+        status = 1
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(write_fd, view):]
+    finally:
+        os._exit(status)
+
+
+def _collect_child(pid: int, fd: int, deadline: float, limit: int) -> tuple[bytes, int | None]:
+    """Read the child's result until it exits (or the deadline); returns (data, wait status or None).
+
+    We stop at the child's exit, not at end-of-file: a grandchild it left running may still hold the pipe.
+    """
+    chunks, size, status = [], 0, None
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.02)
+        if ready:
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                size += len(chunk)
+                if size <= limit:
+                    chunks.append(chunk)
+                continue
+        if status is None:
+            done, wait_status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = wait_status
+                continue  # drain what it wrote before exiting
+        if status is not None or (ready and not chunk):
+            break
+    return b"".join(chunks), status
+
+
+def _wait_until(pid: int, deadline: float) -> int | None:
+    """waitpid with a deadline; None if the child is still running."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
+
+
+def _stop_everything_but_me(pid: int) -> None:
+    """Kill the task's session, and in our own PID namespace every process left behind."""
+    for target in (lambda: os.killpg(pid, signal.SIGKILL),
+                   (lambda: os.kill(-1, signal.SIGKILL)) if os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE") else None):
+        if target:
+            try:
+                target()
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _why_no_result(wait_status: int | None, timed_out: bool, timeout: float) -> str:
+    if timed_out:
+        return f"Your code did not finish within {timeout:g} s (an endless loop, or a rank waiting for a collective?)."
+    if wait_status is None:
+        return "Your code stopped without a result."
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        return {
+            signal.SIGXFSZ: "Your code wrote more output than the grader allows (output limit exceeded).",
+            signal.SIGKILL: "Your code was killed (most often: it used more memory than the grader allows).",
+            signal.SIGSEGV: "Your code crashed the Python interpreter (segmentation fault).",
+        }.get(sig, f"Your code was stopped by signal {signal.Signals(sig).name}.")
+    return f"Your code ended the process (exit code {os.WEXITSTATUS(wait_status)}) before a result was ready."
+
+
+def _output_tail() -> str:
+    try:
+        with open(OUTPUT_FILE, "rb") as f:
+            return f.read(OUTPUT_SHOWN).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def run_task(task: Task, as_reference: bool, results_fd: int) -> dict:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _run_task_in_child(task, as_reference, write_fd, results_fd)
+    os.close(write_fd)
+    timeout = float(task.timeout)
+    data, wait_status = _collect_child(pid, read_fd, time.monotonic() + timeout, RESULT_LIMIT)
+    os.close(read_fd)
+    if wait_status is None:  # end-of-file came just before the exit, or the deadline passed
+        wait_status = _wait_until(pid, time.monotonic() + 0.5)
+    timed_out = wait_status is None
+    _stop_everything_but_me(pid)  # the task's session, and any grandchild it left running
+    if timed_out:
+        _, wait_status = os.waitpid(pid, 0)
+    result = {"key": task.key, "output": _output_tail()}
+    try:  # the child's payload is shaped by submitted code: bounded before anything reads it
+        message = loads_bounded(data, limit=RESULT_LIMIT) if data and not timed_out else None
+    except BadMessage as problem:
+        message = {"status": "failed", "reason": f"The result your code produced could not be read ({problem})."}
+    if isinstance(message, dict) and message.get("status") == "ok" and isinstance(message.get("observation"), dict):
+        result.update(status="ok", observation=message["observation"], reason="")
+    elif isinstance(message, dict) and message.get("status") == "failed":
+        result.update(status="failed", observation=None, reason=str(message.get("reason", ""))[:2000])
+    else:
+        result.update(status="failed", observation=None,
+                      reason=_why_no_result(None if timed_out else wait_status, timed_out, timeout))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--results-fd", type=int, required=True)
+    args = parser.parse_args()
+    job = json.loads(sys.stdin.read())
+    sys.stdin.close()
+    if job.get("processes"):
+        # Set here, not before the sandbox starts: inside bubblewrap's user namespace (an unprivileged
+        # grader) the count is then this sandbox's own, not shared by every worker of the grader's uid.
+        _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        limit = job["processes"] if hard == resource.RLIM_INFINITY else min(job["processes"], hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+    torch.set_num_threads(1)  # forked children (and their ranks) must not inherit a busy OpenMP pool
+    # Import once here what every task would otherwise import after its fork: the exercises' observers, and
+    # torch._dynamo, which creating any torch.optim optimizer pulls in (seconds per task otherwise).
+    for exercise in all_exercises().values():
+        observer_of(exercise)
+    importlib.import_module("torch._dynamo")
+    _not_dumpable()
+    results = os.fdopen(args.results_fd, "w", buffering=1)
+    for raw in job["tasks"]:
+        task = Task.from_json(raw)
+        results.write(json.dumps({"key": task.key, "event": "start"}) + "\n")
+        results.write(json.dumps(run_task(task, bool(job.get("as_reference")), args.results_fd)) + "\n")
+
+
+if __name__ == "__main__":
+    main()
