@@ -13,15 +13,6 @@ CGROUP = Path("/sys/fs/cgroup")
 CFS_PERIOD_US = 100_000
 
 
-def parse_bytes(text: str) -> int:
-    """'4G', '512M', '1.5G', '2048' (bytes) -> bytes."""
-    text = str(text).strip().upper()
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
-
-
 class UserCgroups:
     def __init__(self, hub_name: str, root: Path = CGROUP):
         self.hub_name, self.root = hub_name, Path(root)

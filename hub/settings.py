@@ -2,6 +2,8 @@
 
 The same settings are written to ``<root>/hub/settings.json`` when the hub is set up; the JupyterHub
 configuration and the spawner read that file, so every part agrees on paths, groups, ports and limits.
+Why variables and not JupyterHub's own config file: they are needed before JupyterHub exists (``python -m hub up``
+creates the accounts, the environments and that very config), by the same command that tears it down.
 """
 import json
 import os

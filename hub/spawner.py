@@ -16,7 +16,7 @@ import pwd
 
 from jupyterhub.spawner import LocalProcessSpawner
 
-from hub.limits import UserCgroups, join, parse_bytes
+from hub.limits import UserCgroups, join
 from hub.settings import HubSettings
 
 
@@ -59,9 +59,8 @@ class CourseSpawner(LocalProcessSpawner):
         return await super().start()
 
     def _prepare_limits(self):
-        mem = parse_bytes(self.mem_limit) if self.mem_limit else None
-        try:
-            return self.cgroups.prepare(self.user.name, mem, self.cpu_limit)
+        try:  # mem_limit is JupyterHub's ByteSpecification: "4G" in the config, bytes here
+            return self.cgroups.prepare(self.user.name, self.mem_limit or None, self.cpu_limit)
         except OSError as exc:
             if not CourseSpawner._cgroups_warned:
                 self.log.warning("per-user CPU/memory limits are NOT enforced: cannot create cgroups (%s)", exc)

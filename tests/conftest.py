@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 from processes import subreaper  # noqa: F401  (a fixture for every test module)
 
-from autograder.authoring.course import load_course
-from autograder.exercises.define import define_function
+from autograder.authoring.course import load_course, reference_function
 from autograder.exercises import all_exercises, get_exercise
+from autograder.exercises.define import define_function
 from autograder.exercises.observing import observe
-from autograder.authoring.course import reference_function
 
 REPO = Path(__file__).resolve().parent.parent
 # Tests start nbgrader, jupyter and torchrun as programs, and nbgrader itself runs `alembic`: find them in

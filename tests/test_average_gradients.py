@@ -16,7 +16,7 @@ from processes import descendants_left
 from submission_factory import grade_one_exercise_class, reference_source
 from variants.average_gradients import WRONG
 
-from autograder.exercises import average_gradients as ex
+from autograder.exercises.average_gradients import cases, checks, observe
 from coursekit.dist import launch
 
 EX, NB = "average_gradients", "03_data_parallel.ipynb"
@@ -24,21 +24,21 @@ EX, NB = "average_gradients", "03_data_parallel.ipynb"
 
 def test_reference_equals_ddp_and_one_process():
     ref = reference_observation(EX)
-    for name in ex.SCENARIOS:
+    for name in cases.SCENARIOS:
         finals = [r["final"] for r in ref["scenarios"][name]["ranks"]]
         ddp, single = ref["ddp"][name], ref["single"][name]
         for rank, final in enumerate(finals):
-            assert ex.close(final, ddp[rank], atol=1e-6), f"{name}: reference rank {rank} differs from DDP"
-            assert ex.close(final, single, atol=1e-6), f"{name}: reference rank {rank} differs from one process"
+            assert checks.close(final, ddp[rank], atol=1e-6), f"{name}: reference rank {rank} differs from DDP"
+            assert checks.close(final, single, atol=1e-6), f"{name}: reference rank {rank} differs from one process"
         start = ref["scenarios"][name]["ranks"][0]["calls"][0]["params_before"]
         moved = max(abs(a - b) for a, b in zip(finals[0], start))
-        assert moved > 100 * ex.PARAM_ATOL, "training must move the weights far more than the tolerance"
+        assert moved > 100 * cases.PARAM_ATOL, "training must move the weights far more than the tolerance"
 
 
 def _ddp_missing_gradients(rank, world_size):
-    model, x, y = ex.make_problem(world_size, with_unused=True)
+    model, x, y = observe.make_problem(world_size, with_unused=True)
     ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
-    xb, yb = ex.local_batch(x, y, rank, world_size, 0)
+    xb, yb = observe.local_batch(x, y, rank, world_size, 0)
     torch.nn.functional.cross_entropy(ddp(xb), yb).backward()
     return {name: p.grad is None for name, p in model.named_parameters()}
 
@@ -53,7 +53,7 @@ def test_ddp_leaves_missing_gradients_none():
 
 def test_zero_gradient_moves_a_weight_under_weight_decay():
     weight = torch.nn.Parameter(torch.ones(3))
-    optimizer = ex.make_optimizer([weight])
+    optimizer = observe.make_optimizer([weight])
     optimizer.step()  # .grad is None: skipped
     assert torch.equal(weight.detach(), torch.ones(3))
     weight.grad = torch.zeros(3)

@@ -18,28 +18,28 @@ from processes import descendants_left
 from submission_factory import grade_one_exercise_class, reference_source
 from variants.bucketed_ddp import WRONG
 
-from autograder.exercises import bucketed_ddp as ex
+from autograder.exercises.bucketed_ddp import cases, checks
 
 EX, NB = "BucketedDDP", "03_data_parallel.ipynb"
 
 
 def test_reference_equals_ddp():
     ref = reference_observation(EX)
-    for name in ex.SCENARIOS:
+    for name in cases.SCENARIOS:
         assert len(ref["scenarios"][name]["ranks"]) == ref["scenarios"][name]["case"]["world_size"]
-        assert ex.gradient_problem(ref, ref, name) is None, name
+        assert checks.gradient_problem(ref, ref, name) is None, name
     rank0 = ref["scenarios"]["three_ranks"]["ranks"][0]
     moved = max(abs(a - b) for a, b in zip(rank0["final"], rank0["after_init"]))
-    assert moved > 100 * ex.PARAM_ATOL, "training must move the weights far more than the tolerance"
+    assert moved > 100 * cases.PARAM_ATOL, "training must move the weights far more than the tolerance"
 
 
 def test_reference_overlaps_and_one_bucket_cannot():
     ref = reference_observation(EX)
     for name in ("per_param", "mid", "three_ranks", "special"):
         for r in ref["scenarios"][name]["ranks"]:
-            assert all(ex.in_flight_while_computing(s["events"]) >= 2 for s in r["steps"]), name
+            assert all(checks.in_flight_while_computing(s["events"]) >= 2 for s in r["steps"]), name
     for r in ref["scenarios"]["one_bucket"]["ranks"]:
-        assert all(ex.in_flight_while_computing(s["events"]) == 0 for s in r["steps"])
+        assert all(checks.in_flight_while_computing(s["events"]) == 0 for s in r["steps"])
 
 
 def test_ddp_leaves_frozen_and_unused_gradients_none():

@@ -371,11 +371,12 @@ def test_a_cuda_scenario_the_reference_could_not_run_costs_nothing():
     correct submission must still get full marks."""
     import copy
 
-    from autograder.exercises import get_exercise
     from autograder.authoring.course import reference_function
+    from autograder.exercises import get_exercise
+    from autograder.exercises.observing import observe
 
     exercise = get_exercise("train_amp")
-    reference = exercise.observe_as_reference(reference_function("train_amp"))
+    reference = observe(exercise, reference_function("train_amp"), as_reference=True)
     student = copy.deepcopy(reference)  # the reference solution, submitted by a student
     for observation in (reference, student):
         for key, scenario in list(observation["scenarios"].items()):

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from autograder.grader.sandbox import sandbox as sandbox_module
 from autograder.grader.batch import BatchSummary
+from autograder.grader.sandbox import sandbox as sandbox_module
 from autograder.grader.sandbox.devices import CPU_ONLY, Devices, gpu_candidate, nvidia_device_nodes
 from autograder.grader.sandbox.sandbox import Limits, Sandbox, _bwrap_args, _bwrap_works, make_sandbox
 

@@ -18,22 +18,22 @@ from processes import descendants_left
 from submission_factory import grade_one_exercise_class, reference_source
 from variants.sharded_optimizer import WRONG
 
-from autograder.exercises import sharded_optimizer as ex
+from autograder.exercises.sharded_optimizer import cases, checks, observe
 
 EX, NB = "ShardedOptimizer", "05_fsdp_zero.ipynb"
 
 
 def test_reference_equals_the_unsharded_optimizer_and_shards_its_state():
     ref = reference_observation(EX)
-    for name in ex.SCENARIOS:
+    for name in cases.SCENARIOS:
         ranks = ref["scenarios"][name]["ranks"]
         want = ranks[0]["unsharded"]
         for r in ranks:
-            assert r["uses_torch_zero"] is False
+            assert r["forbidden"] is False
             for step, expected in enumerate(want["steps"]):
-                assert ex.same(r["steps"][step], expected), f"{name}: a reference rank differs after step {step + 1}"
+                assert checks.same(r["steps"][step], expected), f"{name}: a reference rank differs after step {step + 1}"
         moved = max(abs(a - b) for t, t0 in zip(want["steps"][-1], ranks[0]["initial"]) for a, b in zip(t, t0))
-        assert moved > 100 * ex.PARAM_ATOL, "training must move the weights far more than the tolerance"
+        assert moved > 100 * cases.PARAM_ATOL, "training must move the weights far more than the tolerance"
         assert sum(r["state_bytes"] for r in ranks) == want["state_bytes"] > 0, name
 
 
@@ -43,15 +43,15 @@ def test_state_bytes_finds_the_optimizer_wherever_it_is_kept():
     weight.grad = torch.ones(4, 3)
     adam.step()
     moments = 2 * weight.numel() * weight.element_size()  # exp_avg, exp_avg_sq; the scalar step is not state
-    assert ex.state_bytes(adam) == moments
+    assert observe.state_bytes(adam) == moments
 
     class Holder:
         def __init__(self):
             self.shards = [{"local": adam}]
             self.again = adam  # the same optimizer twice: counted once
 
-    assert ex.state_bytes(Holder()) == moments
-    assert ex.state_bytes(object()) == 0
+    assert observe.state_bytes(Holder()) == moments
+    assert observe.state_bytes(object()) == 0
 
 
 @pytest.mark.slow  # grades a deadlock: the launch timeout in every scenario

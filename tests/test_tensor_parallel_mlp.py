@@ -17,7 +17,7 @@ from processes import descendants_left
 from submission_factory import grade_one_exercise_class, reference_source
 from variants.tensor_parallel_mlp import WRONG
 
-from autograder.exercises import tensor_parallel_mlp as ex
+from autograder.exercises.tensor_parallel_mlp import cases, checks, observe
 from coursekit.dist import launch
 
 EX, NB = "TensorParallelMLP", "04_model_pipeline_parallel.ipynb"
@@ -25,13 +25,13 @@ EX, NB = "TensorParallelMLP", "04_model_pipeline_parallel.ipynb"
 
 def test_reference_equals_the_single_process_mlp():
     ref = reference_observation(EX)
-    for name in ex.SCENARIOS:
+    for name in cases.SCENARIOS:
         single = ref["single"][name]
         for rank, r in enumerate(ref["scenarios"][name]["ranks"]):
-            assert ex.close(r["output"], single["output"], atol=1e-6), (name, rank)
-            assert ex.close(r["x_grad"], single["x_grad"], atol=1e-6), (name, rank)
-            for role in ex.ROLES:
-                assert ex.close(r["shards"][role]["grad"], single["shards"][rank][role]["grad"], atol=1e-6)
+            assert checks.close(r["output"], single["output"], atol=1e-6), (name, rank)
+            assert checks.close(r["x_grad"], single["x_grad"], atol=1e-6), (name, rank)
+            for role in cases.ROLES:
+                assert checks.close(r["shards"][role]["grad"], single["shards"][rank][role]["grad"], atol=1e-6)
             assert r["forward"] == {"all_reduce": 1} and r["backward"] == {"all_reduce": 1}, (name, rank)
 
 
@@ -52,12 +52,12 @@ def _collectives_seen(rank, world_size):
     }.items():
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             call()
-        seen[label] = ex.collectives(prof)
+        seen[label] = observe.collectives(prof)
     return seen
 
 
 def test_the_count_sees_every_all_reduce_api_and_nothing_else():
-    ex.warm_profiler()
+    observe.warm_profiler()
     seen = launch(_collectives_seen, 2, backend="gloo", timeout=60)[0]
     for label in ("dist.all_reduce", "imported before the fork", "async", "functional"):
         assert seen[label] == {"all_reduce": 1}, (label, seen[label])

@@ -91,8 +91,8 @@ def test_the_template_exercise_works(salt):
     """autograder/exercises/_template/ with its suite tests/variants/_template.py: copy both, and they work."""
     from variants import _template as suite
 
-    from autograder.exercises.define import define_function
     from autograder.exercises._template import EXERCISE
+    from autograder.exercises.define import define_function
 
     def observed(source, as_reference=False):
         fn = define_function([("setup", suite.SETUP), ("cell", source)], EXERCISE.name)

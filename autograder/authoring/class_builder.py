@@ -6,12 +6,12 @@ solutions, so nothing here is part of the student kit (no test cell imports it).
 import json
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from .course import course_root
 
 
 def released_notebook(name: str) -> dict:
     """The student version of a notebook, as released (from notebooks/)."""
-    (path,) = [p for p in (REPO / "notebooks").rglob(name) if ".ipynb_checkpoints" not in p.parts]
+    (path,) = [p for p in (course_root() / "notebooks").rglob(name) if ".ipynb_checkpoints" not in p.parts]
     return json.loads(path.read_text())
 
 

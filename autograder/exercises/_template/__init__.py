@@ -10,13 +10,12 @@ Four files, one job each: ``cases.py`` (the scenarios), ``observe.py`` (runs nex
 file that imports torch), ``checks.py`` (the verdict, plain Python), and this one, which puts them together.
 """
 from ..protocol import Check, Exercise
-from . import checks
-from .cases import cases
+from . import cases, checks
 
 EXERCISE = Exercise(
     name="clip_gradients",
     notebook="00_template.ipynb",  # the notebook whose solution cell has grade_id "clip_gradients"
-    cases=cases,
+    cases=cases.cases,
     observer=f"{__name__}.observe",
     evidence=checks.grads_are_genuine,
     timeout_s=30,

@@ -19,13 +19,12 @@ keep ``grad=None``); a zero gradient instead would let momentum or weight decay 
 that received no gradient (tests/test_average_gradients.py checks both claims).
 """
 from ..protocol import Check, Exercise
-from . import checks
-from .cases import cases
+from . import cases, checks
 
 EXERCISE = Exercise(
     name="average_gradients",
     notebook="03_data_parallel.ipynb",
-    cases=cases,
+    cases=cases.cases,
     observer=f"{__name__}.observe",
     evidence=checks.ranks_really_averaged,
     timeout_s=60,  # three launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each

@@ -26,13 +26,12 @@ Wrapping torch's own ``DistributedDataParallel`` is not this exercise (the lesso
 that constructs one earns nothing, with a sentence saying why.
 """
 from ..protocol import Check, Exercise
-from . import checks
-from .cases import cases
+from . import cases, checks
 
 EXERCISE = Exercise(
     name="BucketedDDP",
     notebook="03_data_parallel.ipynb",
-    cases=cases,
+    cases=cases.cases,
     observer=f"{__name__}.observe",
     evidence=checks.averaged_for_real,
     timeout_s=90,  # five launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each

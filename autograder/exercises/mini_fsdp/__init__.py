@@ -17,13 +17,12 @@ Calling torch's FSDP (``fully_shard``, ``FullyShardedDataParallel``) inside the 
 this exercise: every check says so and it earns nothing (the lesson says it too).
 """
 from ..protocol import Check, Exercise
-from . import checks
-from .cases import cases
+from . import cases, checks
 
 EXERCISE = Exercise(
     name="MiniFSDP",
     notebook="05_fsdp_zero.ipynb",
-    cases=cases,
+    cases=cases.cases,
     observer=f"{__name__}.observe",
     evidence=checks.trained_for_real,
     timeout_s=90,  # three launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each

@@ -18,13 +18,12 @@ is to write the sharding; the lesson measures torch's version next to the studen
 every check with a sentence that says so.
 """
 from ..protocol import Check, Exercise
-from . import checks
-from .cases import cases
+from . import cases, checks
 
 EXERCISE = Exercise(
     name="ShardedOptimizer",
     notebook="05_fsdp_zero.ipynb",
-    cases=cases,
+    cases=cases.cases,
     observer=f"{__name__}.observe",
     evidence=checks.did_real_work,
     timeout_s=60,  # four launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each

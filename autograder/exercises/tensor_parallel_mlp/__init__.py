@@ -19,13 +19,12 @@ Not allowed: ``torch.distributed.tensor`` (``parallelize_module``, DTensor). It 
 you; a module whose parameters or output are DTensors earns no points (the lesson says so).
 """
 from ..protocol import Check, Exercise
-from . import checks
-from .cases import cases
+from . import cases, checks
 
 EXERCISE = Exercise(
     name="TensorParallelMLP",
     notebook="04_model_pipeline_parallel.ipynb",
-    cases=cases,
+    cases=cases.cases,
     observer=f"{__name__}.observe",
     evidence=checks.shards_really_computed,
     timeout_s=45,  # two launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each

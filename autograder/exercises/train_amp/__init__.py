@@ -15,13 +15,12 @@ grader code, restored afterwards; the student's scaler is created inside their f
 the one place its scale can be seen.
 """
 from ..protocol import Check, Exercise
-from . import checks
-from .cases import cases
+from . import cases, checks
 
 EXERCISE = Exercise(
     name="train_amp",
     notebook="02_mixed_precision.ipynb",
-    cases=cases,
+    cases=cases.cases,
     observer=f"{__name__}.observe",
     evidence=checks.first_update_is_genuine,
     checks=[

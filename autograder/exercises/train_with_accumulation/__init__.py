@@ -5,13 +5,12 @@ what the function returns, how often the optimizer steps, the gradient each step
 applies, the final parameters, and how many batches' autograd graphs stay alive.
 """
 from ..protocol import Check, Exercise
-from . import checks
-from .cases import cases
+from . import cases, checks
 
 EXERCISE = Exercise(
     name="train_with_accumulation",
     notebook="01_gradient_accumulation.ipynb",
-    cases=cases,
+    cases=cases.cases,
     observer=f"{__name__}.observe",
     evidence=checks.first_step_is_genuine,
     checks=[

@@ -8,13 +8,12 @@ stage 1: 4Ψ + 12Ψ/64 = 31.4 GB). A stage outside 0–3 raises ValueError.
 world size 1, other byte layouts, invalid stages) and keeps only numbers and exception names.
 """
 from ..protocol import Check, Exercise
-from . import checks
-from .cases import cases
+from . import cases, checks
 
 EXERCISE = Exercise(
     name="zero_memory_per_rank",
     notebook="05_fsdp_zero.ipynb",
-    cases=cases,
+    cases=cases.cases,
     observer=f"{__name__}.observe",
     evidence=checks.some_bytes_right,
     timeout_s=30,
