@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-COURSE = REPO / "autograder" / "course"
+COURSE = REPO / "classroom"
 NBGRADER = str(Path(sys.executable).with_name("nbgrader"))
 
 

@@ -61,7 +61,7 @@ def fake(fn, **kwargs):
             "returned": 1.0, "steps": 2, "step_grads": [], "params": [], "training": True, "max_graphs_alive": 0}
             for k in SCENARIOS}}
 me.observe = fake
-''' + WRONG_BODY, "differ"),
+''' + WRONG_BODY, "could not read"),
     "copies_the_reference_solution": ('''
 import json, glob, os, autograder
 repo = os.path.dirname(os.path.dirname(autograder.__file__))

@@ -16,9 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from submission_factory import filled, reference_source, released_notebook
 
+from autograder.exercises import all_exercises
+from autograder.exercises.parse import parse_observation
 from autograder.grader.batch import _wanted_notebooks
 from autograder.grader.escape import csv_cell, file_stem, md_code, md_text, terminal
-from autograder.grader.gradebook import cell_json, gradebook_id
+from autograder.grader.gradebook import _notebook_json, cell_json, gradebook_id
 from autograder.grader.grading import Row
 from autograder.grader.notebook import KINDS, Cell, Notebook, NotebookProblem, exercise_cells, parse_notebook
 from autograder.grader.protocol import BadMessage, TaskResult, parse_line, within_depth
@@ -313,3 +315,78 @@ def test_typed_cell_json_drops_outputs_and_escapes_html():
     cell = Cell("markdown", "<script>alert(1)</script> & <img src=x>")
     assert cell_json(cell)["source"] == "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &lt;img src=x&gt;"
     assert cell_json(Cell("code", "x = 1", EX, solution=True))["outputs"] == []
+
+
+# ---- the observation boundary (a student's observation, parsed on the reference's shapes) ---------------
+
+def _shipped_references() -> dict[str, dict]:
+    from autograder.selfcheck.recorded import load_recorded
+
+    return {ex: load_recorded(ex).observation for ex in all_exercises()}
+
+
+@pytest.mark.parametrize("exercise", sorted(all_exercises()))
+def test_the_reference_parses_as_itself(exercise):
+    """An honest observation loses nothing at the boundary: the reference, parsed on itself, is unchanged."""
+    reference = _shipped_references()[exercise]
+    parsed = parse_observation(reference, reference)
+    assert parsed["scenarios"] == reference["scenarios"]
+
+
+@FAST
+@given(student=json_values, exercise=st.sampled_from(sorted(all_exercises())))
+def test_any_observation_is_shaped_like_the_reference_or_a_reason(student, exercise):
+    reference = _shipped_references()[exercise]
+    for observation in (student, {"scenarios": student}, {"scenarios": {k: student for k in reference["scenarios"]}}):
+        parsed = parse_observation(observation, reference)
+        assert list(parsed["scenarios"]) == list(reference["scenarios"])
+        for key, scenario in parsed["scenarios"].items():
+            assert scenario["case"] == reference["scenarios"][key]["case"]
+            if "error" in scenario:
+                assert isinstance(scenario["error"], str) and len(scenario["error"]) <= 400
+        results = all_exercises()[exercise].grade(observation, reference)
+        assert sum(r.score for r in results) == 0 and all(len(r.feedback) <= 1000 for r in results)
+
+
+@pytest.mark.parametrize("forged", [
+    {"ranks": []},                                     # `launch = lambda *a, **k: []`: no rank reported anything
+    {"ranks": [{}] * 40},                              # far too many ranks
+    {"error": "x" * 2_400_000},                        # a 2.4 MB error message
+    {"ranks": "\u202e" * 10},                          # text where the ranks belong
+])
+def test_forged_rank_results_earn_nothing_and_stay_short(forged):
+    """What a cell that replaces the grader's launcher or rank function could report, for every rank exercise."""
+    for exercise, reference in _shipped_references().items():
+        if not any("ranks" in s for s in reference["scenarios"].values()):
+            continue
+        student = {"scenarios": {k: forged for k in reference["scenarios"]}}
+        results = all_exercises()[exercise].grade(student, reference)
+        assert sum(r.score for r in results) == 0, (exercise, [r.title for r in results if r.score])
+        assert all(len(r.feedback) <= 1000 for r in results)
+
+
+def test_a_numeric_vector_must_keep_its_length():
+    reference = {"salt": 0, "scenarios": {"a": {"case": {"what": "called"}, "params": [1.0, 2.0, 3.0]}}}
+    short = parse_observation({"scenarios": {"a": {"params": [1.0, 2.0]}}}, reference)
+    assert short["scenarios"]["a"]["error"].startswith("malformed: params is not 3 numbers")
+    huge = parse_observation({"scenarios": {"a": {"params": [[0] * 300] * 300}}}, reference)
+    assert "error" in huge["scenarios"]["a"]
+
+
+def test_the_autograded_notebook_restores_the_course_locked_cells():
+    """As `nbgrader autograde` does: a student's rewritten test cell, unlocked and worth 1000 points, is shown to the
+    instructor as the course's own test cell; the exercise cell keeps the student's code."""
+    released = released_notebook(NB)
+    forged = filled(NB, {EX: "def train_with_accumulation(*a):\n    return 0.0\n"})
+    for cell in forged["cells"]:
+        grader = cell.get("metadata", {}).get("nbgrader", {})
+        if grader.get("grade_id") == f"test_{EX}":
+            cell["source"] = "print('train_with_accumulation: 11 / 11 points')\n11"
+            grader.update(locked=False, points=1000)
+    nb = _notebook_json(parse_notebook(json.dumps(forged).encode()), released)
+    by_id = {c["metadata"]["nbgrader"]["grade_id"]: c for c in nb["cells"] if "nbgrader" in c["metadata"]}
+    course = {c["metadata"]["nbgrader"]["grade_id"]: c for c in released["cells"] if "nbgrader" in c.get("metadata", {})}
+    test = by_id[f"test_{EX}"]
+    assert test["source"] == "".join(course[f"test_{EX}"]["source"]) and test["metadata"]["nbgrader"]["points"] == 11
+    assert test["metadata"]["nbgrader"]["locked"] is True
+    assert by_id[EX]["source"].startswith("def train_with_accumulation(*a)")

@@ -29,7 +29,10 @@ Grading is split in two halves that never share a process in class grading:
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .parse import parse_observation
 from .reading import ScenarioError, scenario, scenario_keys, what
+
+FEEDBACK_CHARS = 1000  # one check's sentence: the checks' own words, with at most a short quote of the student's
 
 Observation = dict  # {"salt": int, "scenarios": {key: scenario}, ...}: JSON-like values only
 Scenario = dict     # {"case": {"what": str, ...inputs}, ...measured values} or {"case": ..., "error": str}
@@ -83,6 +86,8 @@ class Exercise:
         return sum(c.points for c in self.checks)
 
     def grade(self, student: Observation, reference: Observation) -> list[CheckResult]:
+        """Every check's result on the student's observation, parsed first against the reference's (parse.py)."""
+        student = parse_observation(student, reference)
         results = []
         for check in self.checks:
             try:
@@ -91,7 +96,8 @@ class Exercise:
                 problem = str(exc)
             except Exception as exc:  # malformed observation: never trust its shape
                 problem = f"The grader could not read your function's results for this check ({type(exc).__name__})."
-            results.append(CheckResult(check.title, check.points, 0.0 if problem else check.points, problem or ""))
+            problem = (problem or "")[:FEEDBACK_CHARS]
+            results.append(CheckResult(check.title, check.points, 0.0 if problem else check.points, problem))
         return results
 
     def missing_evidence(self, check: Check, student: Observation, reference: Observation) -> str | None:

@@ -1,24 +1,61 @@
-"""The observing side of every rank exercise: one scenario on forked local ranks (gloo), the student's code
-called inside them, failures turned into one sentence.
+"""The observing side of every rank exercise: one scenario on forked local ranks (gloo), measured from outside.
 
-``observe_on_ranks(salt, cases, rank_fn, fn)`` observes every scenario on ``case["world_size"]`` ranks;
-``rank_fn(rank, world_size, fn, case)`` is the exercise's code for one rank and calls the student's code through
-``student_call``. Every rank's record says ``"forbidden": True`` when it found the student using what the exercise
-forbids (torch's own implementation of it), else ``False``; ``reading.rank_results`` turns that into the
-exercise's sentence. The
-scenario's record is ``{"ranks": [what each rank returned]}`` or ``{"error": ...}``: ``DEADLOCK`` when the ranks
-waited for each other until the launch timed out (a collective only some ranks called), else what the student's
-code raised. No process is left behind either way (``coursekit.dist.launch``).
+``observe_on_ranks(salt, cases, target, fn)`` observes every scenario on ``case["world_size"]`` ranks;
+``target(rank, world_size, fn, case)`` is the exercise's code for one rank and calls the student's code through
+``student_call``. The scenario's record is ``{"ranks": [what each rank returned], "meter": {...}}`` or
+``{"error": ...}``: ``DEADLOCK`` when the ranks waited for each other until the launch timed out (a collective only
+some ranks called), else what the student's code raised, in its own words.
+
+Who runs what. The *launching* process forks the ranks and never runs student code: in class grading it is the
+grading worker's zygote (``fn`` is then a ``Deferred``: each rank defines the student's function from the notebook
+cells itself), in a self-check the student's kernel. Each rank runs the setup registered with ``configure`` (the
+worker closes its channel to the grader and redirects output), defines the function, joins the process group and
+runs ``target``; it answers with one JSON message on a pipe of its own, which the launcher reads with a size limit
+and parses with bounds (never unpickles). While the ranks run, the launcher's ``Meter`` (meter.py) measures them
+from outside: memory and loopback bytes, numbers that a rank's own code cannot lower. A rank that finds the student
+using what the exercise forbids says ``"forbidden": True`` in its record; ``reading.rank_results`` turns that into
+the exercise's sentence. No process is left behind: every rank runs in its own process group, killed when the
+scenario ends.
 """
+import datetime
+import json
+import os
+import select
+import signal
+import socket
+import time
+import traceback
+
+from .define import DefinitionError, define_function
+from .meter import Meter
 from .observing import describe_exception, observation
+from .parse import BadMessage, loads_bounded
 from .reading import DEADLOCK
 
-LAUNCH_TIMEOUT_S = 8.0  # one scenario's ranks; a correct run takes well under a second
+LAUNCH_TIMEOUT_S = 8.0      # one scenario's ranks; a correct run takes well under a second
+REPLY_LIMIT = 2 << 20       # bytes one rank may answer with
 _STUDENT_RAISED = "the student's code raised: "
+_PEER_GONE = ("Timed out", "timed out", "closed by peer", "Connection reset", "Broken pipe")
+_child_setup = []           # callables run first in every rank (``configure``)
+
+
+def configure(*, child_setup=None) -> None:
+    """How ranks start in this process: the grading worker registers what every rank does before anything else."""
+    _child_setup[:] = [child_setup] if child_setup else []
+
+
+class Deferred:
+    """The student's function, not yet defined: each rank runs the cells itself (the launcher never does)."""
+
+    def __init__(self, cells: list[tuple[str, str]], name: str):
+        self.cells, self.name = cells, name
+
+    def resolve(self):
+        return define_function(self.cells, self.name)
 
 
 class StudentCodeFailed(RuntimeError):
-    """The student's code raised inside a rank; the message carries its words after a mark run_on_ranks finds."""
+    """The student's code raised inside a rank; the message carries its words after a mark the launcher finds."""
 
 
 def student_call(fn, *args, **kwargs):
@@ -29,25 +66,147 @@ def student_call(fn, *args, **kwargs):
         raise StudentCodeFailed(_STUDENT_RAISED + describe_exception(exc).replace("\n", " ")) from None
 
 
-def run_on_ranks(rank_fn, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT_S) -> dict:
-    """One scenario on ``world_size`` forked ranks: ``{"ranks": [...]}`` or ``{"error": ...}``."""
-    from coursekit.dist import RankFailed, RanksTimedOut, launch  # forks ranks: only the observing side needs it
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
+
+# ---- inside a rank ------------------------------------------------------------------------------
+
+def _rank_main(rank: int, world_size: int, port: int, timeout: float, target, args, reply_fd: int,
+               group: bool) -> None:
+    """A forked rank: set up, define the student's code, run the target, answer with JSON, exit. Never returns."""
     try:
-        ranks = launch(rank_fn, world_size, *args, backend="gloo", timeout=timeout)
-    except RanksTimedOut:
-        return {"error": DEADLOCK}
-    except RankFailed as exc:
-        text = str(exc)
-        if _STUDENT_RAISED not in text:  # the grader's own code in the rank failed: the traceback's last line
-            return {"error": text.strip().splitlines()[-1][:300]}
-        raised = " ".join(text.split(_STUDENT_RAISED, 1)[1].splitlines()[0].split())[:200]
-        if any(s in raised for s in ("Timed out", "timed out", "closed by peer", "Connection reset", "Broken pipe")):
-            return {"error": DEADLOCK}  # a collective timed out, or its peer rank was stopped
-        return {"error": raised}
-    return {"ranks": ranks}
+        os.setpgid(0, 0)
+        for setup in _child_setup:
+            setup()
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)  # a forked child hangs in its first parallel op if the parent's pool was busy
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                          WORLD_SIZE=str(world_size))
+        args = [a.resolve() if isinstance(a, Deferred) else a for a in args]
+        if group:
+            dist.init_process_group("gloo", rank=rank, world_size=world_size,
+                                    timeout=datetime.timedelta(seconds=timeout))
+        message = {"ok": target(rank, world_size, *args)}
+    except DefinitionError as exc:
+        message = {"error": str(exc), "student": True}
+    except StudentCodeFailed as exc:
+        message = {"error": str(exc).removeprefix(_STUDENT_RAISED), "student": True}
+    except BaseException as exc:  # the grader's own code failed here (or the student's code broke it)
+        message = {"error": "".join(traceback.format_exception_only(exc)).strip().splitlines()[-1][:300]}
+    try:
+        data = json.dumps(message, allow_nan=True).encode()
+    except (TypeError, ValueError) as exc:
+        data = json.dumps({"error": f"the rank's result could not be sent ({type(exc).__name__})"}).encode()
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(reply_fd, view):]
+    finally:
+        os._exit(0)
 
 
-def observe_on_ranks(salt: int, cases: dict[str, dict], rank_fn, fn, *, timeout: float = LAUNCH_TIMEOUT_S) -> dict:
+# ---- the launcher -------------------------------------------------------------------------------
+
+class _Rank:
+    def __init__(self, rank: int, pid: int, fd: int):
+        self.rank, self.pid, self.fd = rank, pid, fd
+        self.data, self.done, self.status, self.message = bytearray(), False, None, None
+
+
+def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT_S, group: bool = True) -> dict:
+    """One scenario on ``world_size`` forked ranks: ``{"ranks": [...], "meter": {...}}`` or ``{"error": ...}``."""
+    port, ranks = free_port(), []
+    meter = Meter()
+    for rank in range(world_size):
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            for other in ranks:
+                os.close(other.fd)
+            _rank_main(rank, world_size, port, timeout, target, args, write_fd, group)
+        os.close(write_fd)
+        ranks.append(_Rank(rank, pid, read_fd))
+    meter.start([r.pid for r in ranks])
+    try:
+        failure = _collect(ranks, meter, time.monotonic() + timeout)
+    finally:
+        _stop(ranks, meter)
+    if failure:
+        return {"error": failure}
+    return {"ranks": [r.message["ok"] for r in ranks], "meter": meter.result()}
+
+
+def _collect(ranks: list[_Rank], meter: Meter, deadline: float) -> str | None:
+    """Read every rank's answer until all answered, one failed, or the deadline passed; the failure or None."""
+    while not all(r.done for r in ranks):
+        now = time.monotonic()
+        if now >= deadline:
+            return DEADLOCK
+        waiting = {r.fd: r for r in ranks if not r.done}
+        ready, _, _ = select.select(list(waiting), [], [], min(meter.interval, deadline - now))
+        meter.sample()
+        for fd in ready:
+            rank = waiting[fd]
+            chunk = os.read(fd, 1 << 16)
+            if chunk and len(rank.data) + len(chunk) <= REPLY_LIMIT:
+                rank.data += chunk
+                continue
+            rank.done = True
+            problem = _parse_reply(rank, overflow=bool(chunk))
+            if problem:
+                return problem
+    return None
+
+
+def _parse_reply(rank: _Rank, overflow: bool) -> str | None:
+    """The rank's answer as a message, or the scenario's error."""
+    if overflow:
+        return f"rank {rank.rank} answered with more than {REPLY_LIMIT >> 20} MiB"
+    if not rank.data:
+        _, status = os.waitpid(rank.pid, 0)
+        rank.status = status
+        what = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+                else f"exit code {os.WEXITSTATUS(status)}")
+        return f"rank {rank.rank} died without a result ({what})"
+    try:
+        rank.message = loads_bounded(bytes(rank.data), limit=REPLY_LIMIT)
+    except BadMessage as problem:
+        return f"rank {rank.rank}'s result could not be read ({problem})"
+    if not isinstance(rank.message, dict) or not ("ok" in rank.message or "error" in rank.message):
+        return f"rank {rank.rank}'s result could not be read"
+    if "error" in rank.message:
+        text = str(rank.message["error"])[:300]
+        if rank.message.get("student") and any(s in text for s in _PEER_GONE):
+            return DEADLOCK  # a collective timed out, or its peer rank was stopped
+        return " ".join(text.split())
+    return None
+
+
+def _stop(ranks: list[_Rank], meter: Meter) -> None:
+    """Stop every rank and whatever it started in its process group; reap them (the meter reads their usage)."""
+    for r in ranks:
+        for target in (-r.pid, r.pid):
+            try:
+                os.kill(target, signal.SIGKILL) if r.status is None else None
+            except (ProcessLookupError, PermissionError):
+                pass
+        os.close(r.fd)
+    for r in ranks:
+        if r.status is None:
+            try:
+                _, r.status, usage = os.wait4(r.pid, 0)
+                meter.reaped(r.rank, usage)
+            except ChildProcessError:
+                pass
+    meter.finish()
+
+
+def observe_on_ranks(salt: int, cases: dict[str, dict], target, fn, *, timeout: float = LAUNCH_TIMEOUT_S) -> dict:
     """Every scenario observed on its own ranks (``case["world_size"]`` of them)."""
-    return observation(salt, cases, lambda case: run_on_ranks(rank_fn, case["world_size"], fn, case, timeout=timeout))
+    return observation(salt, cases, lambda case: run_on_ranks(target, case["world_size"], fn, case, timeout=timeout))

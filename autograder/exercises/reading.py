@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 NOT_DONE = "Your function still raises NotImplementedError: replace that line with your code."
 DEADLOCK = "deadlock"  # the error of a rank-spawning scenario whose ranks waited for each other until stopped
+MISSING = "no result"  # the error of a scenario the student's observation lacks (parse.py)
+MALFORMED = "malformed: "  # the start of the error of a scenario whose results do not parse (parse.py)
 
 
 class ScenarioError(Exception):
@@ -18,9 +20,12 @@ class ScenarioError(Exception):
 def scenario(observation: dict, key: str, what: str) -> dict:
     """The named scenario's data, or a ScenarioError that says the function failed there (``what``: when)."""
     data = observation.get("scenarios", {}).get(key)
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or data.get("error") == MISSING:
         raise ScenarioError(f"No result for {what}: the grader's observation is incomplete.")
     if "error" in data:
+        if str(data["error"]).startswith(MALFORMED):
+            raise ScenarioError(f"The grader could not read the results of your code when {what}: "
+                                f"{str(data['error'])[len(MALFORMED):].rstrip('.')}.")
         if str(data["error"]) == "NotImplementedError":  # the blank scaffold's bare raise (nn.Module's has words)
             raise ScenarioError(NOT_DONE)
         if data["error"] == DEADLOCK:

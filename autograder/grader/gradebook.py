@@ -167,5 +167,30 @@ def collected_timestamp(coursedir, assignment: str, who: str):
 
 
 def _notebook_json(typed: Notebook, released: dict) -> dict:
-    return {"cells": [cell_json(c) for c in typed.cells], "metadata": released.get("metadata", {}),
-            "nbformat": 4, "nbformat_minor": released.get("nbformat_minor", 5)}
+    nb = {"cells": [cell_json(c) for c in typed.cells], "metadata": released.get("metadata", {}),
+          "nbformat": 4, "nbformat_minor": released.get("nbformat_minor", 5)}
+    restore_course_cells(nb, released)
+    return nb
+
+
+def restore_course_cells(nb: dict, released: dict) -> None:
+    """As ``nbgrader autograde`` does (its OverwriteCells): every graded cell gets the course's nbgrader metadata
+    (points, locked), and every locked cell (setup, tests, instructions) the course's type and source, whatever
+    the student changed there. Only the exercise cells keep the student's code."""
+    course_cells = {}
+    for cell in released.get("cells", []):
+        grader = cell.get("metadata", {}).get("nbgrader", {})
+        if grader.get("grade_id"):
+            course_cells[grader["grade_id"]] = cell
+    for cell in nb["cells"]:
+        theirs = course_cells.get(cell["metadata"].get("nbgrader", {}).get("grade_id"))
+        if theirs is None:
+            continue
+        cell["metadata"]["nbgrader"] = dict(theirs["metadata"]["nbgrader"])
+        if theirs["metadata"]["nbgrader"].get("locked"):
+            cell["cell_type"] = theirs["cell_type"]
+            cell["source"] = "".join(theirs["source"]) if isinstance(theirs["source"], list) else theirs["source"]
+            if cell["cell_type"] == "code":
+                cell.setdefault("outputs", []), cell.setdefault("execution_count", None)
+            else:
+                cell.pop("outputs", None), cell.pop("execution_count", None)

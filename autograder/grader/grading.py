@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from ..authoring.course import Course, reference_cells
 from ..exercises import get_exercise
 from ..exercises.verdict import feedback_sentence, total
+from .audit import audit
 from .escape import strip_controls
 from .notebook import NotebookProblem, exercise_cells
 from .protocol import REASON_CHARS, TaskResult, clean_text
@@ -35,6 +36,7 @@ class Row:
     output: str = ""                                   # what the student's code printed (feedback files)
     graded: bool = True                                # False: the code could not be run (reason in feedback)
     name: str = ""                                     # the student's readable name (from the LMS file names)
+    review: list[str] = field(default_factory=list)    # what in the cell an instructor may want to read (audit.py)
 
     CSV_FIELDS = ("student", "notebook", "exercise", "score", "max_score", "feedback", "name")
 
@@ -65,6 +67,7 @@ def _grade_submission(submission, course, wanted, references, sandbox, timeout):
     rows: dict[tuple[str, str], Row] = {}
     tasks: list[Task] = []
     notes: dict[str, str] = {}
+    reviews: dict[tuple[str, str], list[str]] = {}
     for name, (path, note) in match_notebooks(submission, course, wanted).items():
         spec = course.notebooks[name]
         notes[name] = note
@@ -78,6 +81,7 @@ def _grade_submission(submission, course, wanted, references, sandbox, timeout):
             if isinstance(code, NotebookProblem):
                 rows[(name, exercise)] = _ungraded(submission, name, exercise, (note if path else "") + str(code))
                 continue
+            reviews[(name, exercise)] = [str(f) for f in audit(code)]
             setup = [(f"setup cell of {name}", c) for c in spec.setup_code]
             tasks.append(Task(f"{name}::{exercise}", exercise, tuple(setup + [(f"your cell `{exercise}`", code)]),
                               timeout or get_exercise(exercise).timeout_s,
@@ -89,6 +93,7 @@ def _grade_submission(submission, course, wanted, references, sandbox, timeout):
         name, exercise = task.key.split("::")
         rows[(name, exercise)] = _judge(submission, name, exercise, results[task.key], references[exercise],
                                         notes[name])
+        rows[(name, exercise)].review = reviews[(name, exercise)]
     order = {(n, e): i for i, (n, e) in enumerate((n, e) for n in wanted for e in course.notebooks[n].exercises)}
     timings = {"parse_s": parsed - started, "run_s": ran - parsed, "verdict_s": time.perf_counter() - ran,
                "worker_peak_mib": peak_mib}

@@ -10,19 +10,16 @@ returned, a reason may hold an exception's message), so every line is parsed her
 ``TaskResult`` or rejected: bounded size and nesting depth, known keys and statuses, text without control
 characters, truncated to what the reports show.
 """
-import json
 from dataclasses import asdict, dataclass, fields
 
+from ..exercises.parse import BadMessage, loads_bounded, within_depth
 from .escape import strip_controls
 
-MAX_DEPTH = 32             # nesting of an observation (the exercises need 5)
-LINE_LIMIT = 40 << 20      # bytes of one result line
+__all__ = ["BadMessage", "Task", "TaskResult", "failed", "clean_text", "loads_bounded", "parse_line", "within_depth"]
+
+LINE_LIMIT = 4 << 20       # bytes of one result line: ten times the largest honest observation
 REASON_CHARS = 600
 OUTPUT_CHARS = 2000
-
-
-class BadMessage(Exception):
-    """A line from a worker that is not a well-formed message."""
 
 
 @dataclass(frozen=True)
@@ -65,36 +62,9 @@ def clean_text(text, limit: int) -> str:
     return strip_controls(text[: 4 * limit])[:limit]  # bounded before the regexes run
 
 
-def within_depth(value, limit: int = MAX_DEPTH) -> bool:
-    """True if lists/objects nest at most ``limit`` deep (checked without recursion)."""
-    stack = [(value, 1)] if isinstance(value, dict | list) else []
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return False
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return True
-
-
-def loads_bounded(data: bytes | str, *, limit: int = LINE_LIMIT, depth: int = MAX_DEPTH):
-    """json.loads with bounds on size and nesting; BadMessage instead of any other error."""
-    if len(data) > limit:
-        raise BadMessage(f"larger than {limit} bytes")
-    try:
-        value = json.loads(data)
-    except RecursionError:
-        raise BadMessage("nested too deeply") from None
-    except (ValueError, TypeError) as exc:
-        raise BadMessage(f"not JSON ({type(exc).__name__})") from None
-    if isinstance(value, dict | list) and not within_depth(value, depth):
-        raise BadMessage("nested too deeply")
-    return value
-
-
 def parse_line(line: bytes, keys: set[str]) -> TaskResult | str:
     """A worker's line: a TaskResult, or the key of a task that starts (str). Raises BadMessage."""
-    message = loads_bounded(line)
+    message = loads_bounded(line, limit=LINE_LIMIT)
     if not isinstance(message, dict):
         raise BadMessage("not an object")
     key = message.get("key")

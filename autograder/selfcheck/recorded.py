@@ -22,7 +22,7 @@ FOLDER = Path(__file__).resolve().parent.parent / "references"
 FORMAT = 2
 REINSTALL = "reinstall the course kit (`pip install --force-reinstall` of the file your instructor gave you)"
 # The exercise code every observation depends on besides the exercise's own package.
-SHARED = ("protocol.py", "reading.py", "scenarios.py", "observing.py", "ranks.py")
+SHARED = ("protocol.py", "parse.py", "reading.py", "scenarios.py", "observing.py", "ranks.py")
 
 
 class ReferenceUnavailable(Exception):

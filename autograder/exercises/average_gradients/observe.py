@@ -5,11 +5,11 @@ import torch
 import torch._dynamo  # noqa: F401  torch.optim and DDP import it lazily (3–6 s): here, once, not in every forked rank
 from torch import nn
 
-from coursekit.dist import launch
-
 from ..observing import params_data, tensor_data
-from ..ranks import observe_on_ranks, student_call
+from ..ranks import observe_on_ranks, run_on_ranks, student_call
 from .cases import BATCH, DATA_SEED, HIDDEN, IN, LR, MODEL_SEED, MOMENTUM, OUT, STEPS, WEIGHT_DECAY, cases
+
+RANKS = True  # observed on forked ranks: the grading worker's zygote launches them (ranks.py)
 
 
 class Net(nn.Module):
@@ -112,6 +112,9 @@ def observe_reference(fn, *, salt: int = 0) -> dict:
     result["ddp"], result["single"] = {}, {}
     for name, scenario_ in result["scenarios"].items():
         c = scenario_["case"]
-        result["ddp"][name] = launch(ddp_rank, c["world_size"], c, backend="gloo", timeout=60)
+        ddp = run_on_ranks(ddp_rank, c["world_size"], c, timeout=60)
+        if "error" in ddp:
+            raise RuntimeError(f"DDP itself failed in scenario {name}: {ddp['error']}")
+        result["ddp"][name] = ddp["ranks"]
         result["single"][name] = single_process(c)
     return result

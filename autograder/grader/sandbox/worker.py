@@ -24,9 +24,11 @@ import torch
 from ...exercises import all_exercises, get_exercise
 from ...exercises.define import DefinitionError, define_function
 from ...exercises.observing import observe, observer_of
+from ...exercises.ranks import Deferred
+from ...exercises.ranks import configure as configure_ranks
 from ..protocol import BadMessage, Task, loads_bounded
 
-RESULT_LIMIT = 32 << 20      # bytes of observation a task may send back
+RESULT_LIMIT = 3 << 20       # bytes of observation a task may send back (the grader reads lines of 4 MiB)
 OUTPUT_SHOWN = 1500          # characters of a task's printed output kept for feedback
 OUTPUT_FILE = "task-output.txt"  # in the worker's own working directory
 
@@ -40,7 +42,10 @@ def _not_dumpable():
 
 
 def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd: int) -> None:
-    """Child side: define the function from the cells, observe it, send JSON, exit. Never returns."""
+    """Child side: define the function from the cells, observe it, send JSON, exit. Never returns.
+
+    For a rank exercise this process runs no student code at all: it forks the ranks, which define the function,
+    and measures them from outside (exercises/ranks.py, meter.py)."""
     status = 0
     try:
         os.close(results_fd)  # the zygote's channel to the grader: submitted code never holds it
@@ -50,11 +55,18 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         exercise = get_exercise(task.exercise)
-        try:
-            fn = define_function(list(task.cells), task.exercise)
-        except DefinitionError as exc:
-            message = {"status": "failed", "reason": str(exc)}
+        if getattr(observer_of(exercise), "RANKS", False):
+            # A rank exercise: this process only launches and measures; each rank defines the student's function
+            # itself, and never holds this process's channel to the zygote.
+            configure_ranks(child_setup=lambda: os.close(write_fd))
+            fn = Deferred(list(task.cells), task.exercise)
         else:
+            try:
+                fn = define_function(list(task.cells), task.exercise)
+            except DefinitionError as exc:
+                fn = None
+                message = {"status": "failed", "reason": str(exc)}
+        if fn is not None:
             message = {"status": "ok", "observation": observe(exercise, fn, salt=task.salt, as_reference=as_reference)}
         payload = json.dumps(message).encode()
     except BaseException as exc:  # whatever the submitted code raised or did to the interpreter
