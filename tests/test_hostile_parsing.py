@@ -26,7 +26,7 @@ from autograder.grader.notebook import KINDS, Cell, Notebook, NotebookProblem, e
 from autograder.grader.protocol import BadMessage, TaskResult, parse_line, within_depth
 from autograder.grader.report import feedback_markdown, grades_csv, summary_csv
 from autograder.grader.sandbox.sandbox import Limits, Sandbox
-from autograder.grader.submissions import Refused, Submission, discover, match_notebooks
+from autograder.grader.submissions import Received, Refused, Submission, discover, match_notebooks, received
 
 NB, EX = "01_gradient_accumulation.ipynb", "train_with_accumulation"
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -238,7 +238,7 @@ def test_links_fifos_and_devices_are_refused(tmp_path, course):
     assert isinstance(found["linked"].files[NB], Refused) and "symbolic link" in found["linked"].files[NB].reason
     assert isinstance(found["fifo"].files[NB], Refused) and "not a regular file" in found["fifo"].files[NB].reason
     assert "folder_link" in found and all(isinstance(v, Refused) for v in found["folder_link"].files.values())
-    assert isinstance(found["ok"].files[NB], bytes)
+    assert isinstance(found["ok"].files[NB], Received)
 
 
 def test_zip_links_are_refused(tmp_path, course):
@@ -249,7 +249,7 @@ def test_zip_links_are_refused(tmp_path, course):
         z.writestr(link, "../../solutions/lesson1/" + NB)
         z.writestr(f"alice/{NB}", _notebook_bytes())
     found = {s.student: s for s in discover(archive, course)}
-    assert isinstance(found["mallory"].files[NB], Refused) and isinstance(found["alice"].files[NB], bytes)
+    assert isinstance(found["mallory"].files[NB], Refused) and isinstance(found["alice"].files[NB], Received)
 
 
 def test_moodle_zip_of_one_student_folder(tmp_path, course):
@@ -299,7 +299,7 @@ def test_a_student_folder_without_a_notebook_keeps_its_row(tmp_path, course):
 
 
 def test_a_notebook_few_students_sent_changes_nobody(course):
-    subs = [Submission(f"s{i}", f"s{i}", {NB: _notebook_bytes()}) for i in range(3)]
+    subs = [Submission(f"s{i}", f"s{i}", {NB: received(_notebook_bytes())}) for i in range(3)]
     subs[0].files["02_mixed_precision.ipynb"] = b"{}"
     wanted, left_out = _wanted_notebooks(subs, course)
     assert wanted == [NB] and left_out == {"02_mixed_precision.ipynb": 1}

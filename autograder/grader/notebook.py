@@ -15,6 +15,7 @@ from ..authoring.course import NotebookSpec
 MAX_NOTEBOOK_BYTES = 20 << 20
 MAX_CELLS = 5000
 MAX_SOURCE_CHARS = 2_000_000   # one cell
+MAX_TOTAL_SOURCE = 4_000_000   # all cells: what the grader keeps of a notebook (the lessons hold about 150,000)
 MAX_ID_CHARS = 200             # grade_id, cell id
 KINDS = ("code", "markdown", "raw")
 # C0 controls other than tab, newline, carriage return and form feed, DEL, and C1 controls: no editor puts
@@ -71,6 +72,9 @@ def parse_notebook(data: bytes) -> Notebook:
     if len(raw["cells"]) > MAX_CELLS:
         raise NotebookProblem(f"The notebook has more than {MAX_CELLS} cells.")
     cells = tuple(_cell(c, i + 1) for i, c in enumerate(raw["cells"]))
+    if sum(len(c.source) for c in cells) > MAX_TOTAL_SOURCE:
+        raise NotebookProblem(f"The notebook holds more than {MAX_TOTAL_SOURCE:,} characters of cell text; submit "
+                              "the lesson notebook itself.")
     return Notebook(cells, minor if isinstance(minor, int) and not isinstance(minor, bool) and 0 <= minor < 100 else 0)
 
 

@@ -26,8 +26,9 @@ from pathlib import Path, PurePosixPath
 from ..authoring.course import Course
 from .notebook import Notebook, NotebookProblem, graded_cell_ids, parse_notebook
 
-MAX_FILE_BYTES = 50 << 20
+MAX_FILE_BYTES = 20 << 20           # a lesson notebook with its outputs is a few MB
 MAX_ZIP_BYTES = 2 << 30
+NOTEBOOKS_PER_LESSON = 3             # copies and renamed versions a student may hand in
 CANVAS = re.compile(r"^(?P<name>[^_/]+?)(?:_LATE)?_(?P<user>\d+)_(?P<submission>\d+)_(?P<file>.+)$")
 MOODLE = re.compile(r"^(?P<name>.*?)_(?P<user>\d+)_assignsubmission_[a-z]+_(?P<file>.*)$")
 RESUBMITTED = re.compile(r"-\d+(?=\.ipynb$)")
@@ -43,30 +44,41 @@ class Refused:
     reason: str
 
 
+@dataclass(frozen=True)
+class Received:
+    """A submitted notebook as the grader keeps it: the digest of its bytes and its typed cells (or why they cannot
+    be read). The bytes themselves are dropped as soon as they are parsed: the grader holds a few small typed
+    notebooks per student, never the uploads (outputs, images), whatever their size."""
+    digest: bytes
+    parsed: Notebook | NotebookProblem
+
+
+def received(data: bytes) -> Received:
+    try:
+        parsed = parse_notebook(data)
+    except NotebookProblem as problem:
+        parsed = problem
+    return Received(hashlib.sha256(data).digest(), parsed)
+
+
 @dataclass
 class Submission:
     student: str                                        # unique key: LMS user id, or the folder name
     name: str = ""                                      # readable name (from the LMS file names)
-    files: dict[str, bytes | Refused] = field(default_factory=dict)  # path inside the student's folder
-    _parsed: dict = field(default_factory=dict, repr=False, compare=False)
+    files: dict[str, Received | Refused] = field(default_factory=dict)  # path inside the student's folder
 
     def fingerprint(self) -> str:
         digest = hashlib.sha256(self.student.encode("utf-8", "surrogateescape") + b"\0")
         for name in sorted(self.files):
             data = self.files[name]
-            content = data if isinstance(data, bytes) else b"refused\0" + data.reason.encode()
-            digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(content).digest())
+            content = data.digest if isinstance(data, Received) else hashlib.sha256(b"refused\0" + data.reason.encode()).digest()
+            digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + content)
         return digest.hexdigest()
 
     def notebook(self, path: str) -> Notebook:
-        """The typed notebook at ``path`` (parsed once), or NotebookProblem."""
-        if path not in self._parsed:
-            data = self.files[path]
-            try:
-                self._parsed[path] = parse_notebook(data) if isinstance(data, bytes) else NotebookProblem(data.reason)
-            except NotebookProblem as problem:
-                self._parsed[path] = problem
-        result = self._parsed[path]
+        """The typed notebook at ``path``, or NotebookProblem."""
+        data = self.files[path]
+        result = data.parsed if isinstance(data, Received) else NotebookProblem(data.reason)
         if isinstance(result, NotebookProblem):
             raise result
         return result
@@ -85,7 +97,7 @@ def _too_large(rel: str) -> Refused:
     return Refused(f"`{rel}` is larger than {MAX_FILE_BYTES >> 20} MB; clear the outputs and submit again.")
 
 
-def _read_regular(path: str, rel: str) -> bytes | Refused:
+def _read_regular(path: str, rel: str) -> Received | Refused:
     """Read a file without following a link or blocking on a FIFO; re-check the type on the open file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -103,14 +115,14 @@ def _read_regular(path: str, rel: str) -> bytes | Refused:
             if size > MAX_FILE_BYTES:
                 return _too_large(rel)
             chunks.append(chunk)
-        return b"".join(chunks)
+        return received(b"".join(chunks))
     finally:
         os.close(fd)
 
 
-def _read_folder(root: Path) -> dict[str, bytes | Refused]:
-    """Every *.ipynb below ``root`` (relative POSIX path -> bytes or Refused); links are refused, never followed."""
-    files: dict[str, bytes | Refused] = {}
+def _read_folder(root: Path) -> dict[str, Received | Refused]:
+    """Every *.ipynb below ``root`` (relative POSIX path -> typed or Refused); links are refused, never followed."""
+    files: dict[str, Received | Refused] = {}
     for folder, dirs, names in os.walk(root):  # os.walk does not descend into linked folders
         rel_folder = Path(folder).relative_to(root)
         for d in sorted(dirs):
@@ -131,8 +143,8 @@ def _read_folder(root: Path) -> dict[str, bytes | Refused]:
     return files
 
 
-def _read_zip(path: Path) -> dict[str, bytes | Refused]:
-    files: dict[str, bytes | Refused] = {}
+def _read_zip(path: Path) -> dict[str, Received | Refused]:
+    files: dict[str, Received | Refused] = {}
     total = 0
     try:
         archive = zipfile.ZipFile(path)
@@ -160,7 +172,7 @@ def _read_zip(path: Path) -> dict[str, bytes | Refused]:
                 files[rel] = _too_large(rel)
                 continue
             try:
-                files[rel] = archive.read(info)
+                files[rel] = received(archive.read(info))
             except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, EOFError, OSError):
                 files[rel] = Refused(f"`{rel}` could not be unpacked from the zip (damaged or encrypted).")
     return _strip_wrapper_folder(files)
@@ -219,6 +231,10 @@ def discover(path: Path, course: Course) -> list[Submission]:
     names_per_key: dict[str, int] = {}
     for key, _ in grouped:
         names_per_key[key] = names_per_key.get(key, 0) + 1
+    most = NOTEBOOKS_PER_LESSON * len(course.notebooks)
+    for content in grouped.values():  # what one student can make the grader hold is bounded too
+        for extra in sorted(content)[most:]:
+            content[extra] = Refused(f"`{extra}` was not read: the submission holds more than {most} notebooks.")
     submissions = [Submission(key if names_per_key[key] == 1 else f"{key} ({name})", name, content)
                    for (key, name), content in grouped.items()]
     return sorted(submissions, key=lambda s: s.student)
