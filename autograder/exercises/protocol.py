@@ -71,6 +71,9 @@ class Exercise:
     # else the end of a sentence saying what does not. Required when a check names evidence scenarios.
     evidence: Callable[[Scenario, Scenario], str | None] | None = None
     timeout_s: float = 60.0   # default wall-time limit for one observation in class grading
+    # Observed on forked ranks (ranks.py): the grading worker's task process then runs no student code itself,
+    # and an unprivileged grader without one identity per worker grades these one student at a time.
+    ranks: bool = False
 
     def __post_init__(self):
         if any(check.evidence for check in self.checks) and self.evidence is None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..authoring.course import Course, load_course
+from ..exercises import get_exercise
 from .grading import Row, grade_submission, reference_observations
 from .report import write_atomic, write_reports
 from .sandbox.sandbox import Sandbox
@@ -41,11 +42,13 @@ class BatchSummary:
     left_out: dict = field(default_factory=dict)   # notebook -> how many students submitted it (not graded)
     regraded: int = 0          # saved results made under other isolation/limits, graded again
     problems: list = field(default_factory=list)   # outputs that could not be written
+    serialised: str = ""       # why rank exercises were graded one student at a time, if they were
 
     def line(self) -> str:
         return (f"{self.students} students: {self.graded} fully graded, {self.with_problems} with ungradable "
                 f"exercises (reasons in grades.csv), {self.resumed} resumed; {self.seconds:.1f} s; {self.scenarios} "
-                f"scenarios; isolation: {self.isolation}; devices: {self.devices}")
+                f"scenarios; isolation: {self.isolation}; devices: {self.devices}"
+                + (f"; {self.serialised}" if self.serialised else ""))
 
     def notes(self) -> list[str]:
         notes = [f"{name} was submitted by only {count} of {self.students} students: not graded for anyone "
@@ -94,7 +97,11 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
     reference_s = time.perf_counter() - started
     state = out / ".state"
     version = _grader_version(references, sandbox, timeout)
+    serialised = ("rank exercises graded one student at a time (every worker runs as the grader's uid; grade as "
+                  "root for one uid per worker)") if sandbox.one_identity and any(
+        get_exercise(e).ranks for e in exercises) else ""
     summary = BatchSummary(students=len(submissions), isolation=sandbox.describe(), left_out=left_out,
+                           serialised=serialised,
                            devices=sandbox.devices.describe(),
                            scenarios="held-out" if salt is None else "public" if salt == 0 else f"salt {salt}")
     rows_by_student: dict[str, list[Row]] = {}

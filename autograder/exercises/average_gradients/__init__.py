@@ -26,6 +26,7 @@ EXERCISE = Exercise(
     notebook="03_data_parallel.ipynb",
     cases=cases.cases,
     observer=f"{__name__}.observe",
+    ranks=True,
     evidence=checks.ranks_really_averaged,
     timeout_s=60,  # three launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each
     checks=[

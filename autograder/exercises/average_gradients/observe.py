@@ -9,8 +9,6 @@ from ..observing import params_data, tensor_data
 from ..ranks import observe_on_ranks, run_on_ranks, student_call
 from .cases import BATCH, DATA_SEED, HIDDEN, IN, LR, MODEL_SEED, MOMENTUM, OUT, STEPS, WEIGHT_DECAY, cases
 
-RANKS = True  # observed on forked ranks: the grading worker's zygote launches them (ranks.py)
-
 
 class Net(nn.Module):
     """A tiny MLP; optionally with a frozen bias and a layer the forward pass never uses."""

@@ -33,6 +33,7 @@ EXERCISE = Exercise(
     notebook="03_data_parallel.ipynb",
     cases=cases.cases,
     observer=f"{__name__}.observe",
+    ranks=True,
     evidence=checks.averaged_for_real,
     timeout_s=90,  # five launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each
     checks=[

@@ -10,8 +10,6 @@ from ..observing import float32_data
 from ..ranks import observe_on_ranks, run_on_ranks, student_call
 from .cases import BATCH, EXTRA, HIDDEN, LR, MOMENTUM, VOCAB, cases
 
-RANKS = True  # observed on forked ranks: the grading worker's zygote launches them (ranks.py)
-
 
 class TokenNet(nn.Module):
     """A tiny next-token model. ``special``: a frozen bias, a layer forward never uses, head tied to the embedding."""

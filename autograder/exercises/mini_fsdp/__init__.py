@@ -24,6 +24,7 @@ EXERCISE = Exercise(
     notebook="05_fsdp_zero.ipynb",
     cases=cases.cases,
     observer=f"{__name__}.observe",
+    ranks=True,
     evidence=checks.trained_for_real,
     timeout_s=90,  # three launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each
     checks=[

@@ -12,8 +12,6 @@ from ..observing import tensor_data
 from ..ranks import observe_on_ranks, student_call
 from .cases import BATCH, LR, cases
 
-RANKS = True  # observed on forked ranks: the grading worker's zygote launches them (ranks.py)
-
 
 def make_model(case: dict) -> nn.Sequential:
     torch.manual_seed(case["model_seed"])

@@ -25,6 +25,7 @@ EXERCISE = Exercise(
     notebook="05_fsdp_zero.ipynb",
     cases=cases.cases,
     observer=f"{__name__}.observe",
+    ranks=True,
     evidence=checks.did_real_work,
     timeout_s=60,  # four launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each
     checks=[

@@ -11,8 +11,6 @@ from ..observing import tensor_data
 from ..ranks import observe_on_ranks, student_call
 from .cases import BATCH, HIDDEN, IN, OUT, cases
 
-RANKS = True  # observed on forked ranks: the grading worker's zygote launches them (ranks.py)
-
 OPTIMIZERS = {           # name: (class, keyword arguments)
     "AdamW": (torch.optim.AdamW, {"lr": 0.01, "betas": (0.9, 0.99), "weight_decay": 0.1}),
     "SGD": (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}),

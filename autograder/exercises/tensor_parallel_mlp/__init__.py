@@ -26,6 +26,7 @@ EXERCISE = Exercise(
     notebook="04_model_pipeline_parallel.ipynb",
     cases=cases.cases,
     observer=f"{__name__}.observe",
+    ranks=True,
     evidence=checks.shards_really_computed,
     timeout_s=45,  # two launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each
     checks=[

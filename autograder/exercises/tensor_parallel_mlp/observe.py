@@ -10,8 +10,6 @@ from ..observing import tensor_data
 from ..ranks import observe_on_ranks, student_call
 from .cases import cases
 
-RANKS = True  # observed on forked ranks: the grading worker's zygote launches them (ranks.py)
-
 
 def make_problem(case: dict):
     """The full layers, the input and the upstream gradient: identical on every rank (same seed)."""

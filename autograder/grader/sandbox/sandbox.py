@@ -145,6 +145,13 @@ class Sandbox:
         return (Sandbox, (self.mode, self.limits, self.uid, self.warning,
                           UidPool(self.uid) if self.uid is not None else None, self.cgroups, self.devices))
 
+    @property
+    def one_identity(self) -> bool:
+        """Every worker runs as the grader's own uid: per-user kernel quotas (processes, inotify and epoll watches,
+        message queues) are then shared by all the students graded at once, so one student's code could make
+        another's ranks fail. Rank exercises are then graded one student at a time (grading.py)."""
+        return self.uid is None
+
     def describe(self) -> str:
         who = f"uids from {self.uid}" if self.uid is not None else f"uid {os.getuid()}"
         return {"bubblewrap": f"bubblewrap namespaces (no network, private /tmp, read-only Python), {who}, rlimits",

@@ -55,7 +55,7 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         exercise = get_exercise(task.exercise)
-        if getattr(observer_of(exercise), "RANKS", False):
+        if exercise.ranks:
             # A rank exercise: this process only launches and measures; each rank defines the student's function
             # itself, and never holds this process's channel to the zygote.
             configure_ranks(child_setup=lambda: os.close(write_fd))
