@@ -27,7 +27,7 @@ def test_reference_equals_the_unsharded_optimizer_and_shards_its_state():
     ref = reference_observation(EX)
     for name in cases.SCENARIOS:
         ranks = ref["scenarios"][name]["ranks"]
-        want = ranks[0]["unsharded"]
+        want = ref["scenarios"][name]["truth"]
         for r in ranks:
             assert r["forbidden"] is False
             for step, expected in enumerate(want["steps"]):

@@ -12,8 +12,9 @@ reads it, ``parse_observation`` rebuilds it from the *reference's* observation, 
 * at most ``VALUE_BUDGET`` values in all.
 
 A scenario that does not parse becomes ``{"case": ..., "error": <one sentence>}``, which the checks report like any
-other failure of that scenario; the rest of the observation still counts. Reference-only extras (ground truths
-observed with torch's own implementations) are never taken from the student. Plain Python: no torch.
+other failure of that scenario; the rest of the observation still counts. Reference-only data (a scenario's
+``truth``, or extras beside the scenarios: ground truths observed with torch's own implementations) are never taken
+from the student. Plain Python: no torch.
 """
 import json
 from numbers import Real
@@ -95,7 +96,7 @@ def parse_scenario(value, template: dict, budget: list[int]) -> dict:
     if "error" in value:
         error = value["error"]
         return {"case": case, "error": error[:TEXT_CHARS] if isinstance(error, str) else "an unreadable error"}
-    measured = {k: v for k, v in template.items() if k != "case"}
+    measured = {k: v for k, v in template.items() if k not in ("case", "truth")}
     try:
         return {"case": case, **parse(value, measured, "", budget)}
     except Malformed as problem:

@@ -12,7 +12,7 @@ def ranks_of(student, reference, key: str) -> list[dict]:
 
 
 def unsharded(reference, key: str) -> dict:
-    return reference["scenarios"][key]["ranks"][0]["unsharded"]
+    return reference["scenarios"][key]["truth"]
 
 
 def same(a: list, b: list) -> bool:
@@ -25,7 +25,7 @@ def did_real_work(got: dict, want: dict) -> str | None:
     """The evidence: after the first step some rank holds some parameter tensor exactly as the unsharded optimizer
     left it, and that tensor moved: only a real step on the seeded problem gives it. A do-nothing optimizer, or an
     invented observation, has none."""
-    want_initial, want_first = want["ranks"][0]["initial"], want["ranks"][0]["unsharded"]["steps"][0]
+    want_initial, want_first = want["ranks"][0]["initial"], want["truth"]["steps"][0]
     for r in got["ranks"]:
         for i, tensor in enumerate(r["steps"][0]):
             if close(tensor, want_first[i], atol=PARAM_ATOL) and not close(tensor, want_initial[i], atol=PARAM_ATOL):

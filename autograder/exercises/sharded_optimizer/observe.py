@@ -147,4 +147,10 @@ def observe(fn, *, salt: int = 0) -> dict:
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
-    return observe_on_ranks(salt, cases(salt), reference_rank, fn)
+    result = observe_on_ranks(salt, cases(salt), reference_rank, fn)
+    for observed in result["scenarios"].values():
+        if "ranks" not in observed:
+            raise RuntimeError(f"the reference ShardedOptimizer failed when {observed['case']['what']}: "
+                               f"{observed['error']}")
+        observed["truth"] = observed["ranks"][0].pop("unsharded")  # reference-only: never read from a student
+    return result
