@@ -8,7 +8,8 @@ and back with all-to-all, inside autograd functions, so that backward leaves x.g
 rank's tokens, and each local expert's gradient from every rank's tokens routed to it.
 
 The grader really runs it on 2, 3 and 4 forked gloo ranks with uneven token counts (and, on 3 ranks, a router
-biased towards the first experts: many tokens for rank 0, idle experts elsewhere). Inputs that require the method:
+biased towards the first experts: many tokens for rank 0, none for the last rank, which must still take part in
+every all-to-all, forward and backward). Inputs that require the method:
 each rank draws only its own tokens, and on rank r the experts it does not own hold *other* weights (drawn per rank),
 so a rank that runs other ranks' experts itself gets wrong values. Each rank records its output, x.grad, its own
 experts' gradients, the router's gradient, and, for feedback, every gloo collective of the forward and of the
@@ -57,7 +58,7 @@ ABORTED = "aborted by gloo"  # a rank killed by SIGABRT: split sizes that do not
 SCENARIOS = {  # name: (world size, experts, router biased towards the first experts, what it is)
     "two_ranks": (2, 4, False, "called on 2 ranks (4 experts, 2 per rank, uneven token counts)"),
     "three_ranks_skewed": (3, 6, True, "called on 3 ranks (6 experts) with a router that sends most tokens to the "
-                                       "first experts"),
+                                       "first experts and none to the last rank's"),
     "four_ranks": (4, 4, False, "called on 4 ranks (4 experts, 1 per rank)"),
 }
 PUBLIC_SIZES = {  # tokens per rank, d, expert hidden width
@@ -66,6 +67,7 @@ PUBLIC_SIZES = {  # tokens per rank, d, expert hidden width
     "four_ranks": ([4, 6, 3, 5], 6, 8),
 }
 SKEW = (2.5, 1.5)  # added to the router's bias of experts 0 and 1
+IDLE = -20.0       # added to the bias of the last rank's experts: that rank receives no token at all
 
 
 def cases(salt: int) -> dict[str, dict]:
@@ -97,6 +99,7 @@ def make_layers(case: dict, rank: int | None = None) -> tuple[nn.Linear, nn.Modu
     if case["skewed"]:
         with torch.no_grad():
             router.bias[:len(SKEW)] += torch.tensor(SKEW)
+            router.bias[n_experts - n_experts // case["world_size"]:] += IDLE
     experts = nn.ModuleList(nn.Sequential(nn.Linear(d, case["hidden"]), nn.Tanh(), nn.Linear(case["hidden"], d))
                             for _ in range(n_experts))
     if rank is not None:
@@ -140,8 +143,12 @@ def dense_moe(case: dict) -> dict:
     y = gate * expert_out
     (y * torch.cat(ups)).sum().backward()
     sizes = case["tokens"]
+    unsorted = []  # each rank's results left in expert order, times the gates in token order (for feedback)
+    for rank_gate, rank_out, rank_chosen in zip(gate.split(sizes), expert_out.split(sizes), chosen.split(sizes)):
+        unsorted.append(tensor_data(rank_gate * rank_out[rank_chosen.argsort(stable=True)]))
     return {"output": [tensor_data(part) for part in y.split(sizes)],
             "ungated": [tensor_data(part) for part in expert_out.split(sizes)],
+            "unsorted": unsorted,
             "x_grad": [tensor_data(part) for part in x.grad.split(sizes)],
             "expert_grads": [expert_grads(e) for e in experts],
             "router_grad": [v for p in router.parameters() for v in tensor_data(p.grad)],
@@ -252,9 +259,9 @@ def output_problem(ranks: list[dict], dense: dict, c: dict) -> str | None:
         where = f"When {c['what']}, rank {rank}'s output differs from the dense MoE's"
         if close(r["output"], dense["ungated"][rank], atol=ATOL, rtol=RTOL):
             return f"{where}: it is the experts' output without the gate; multiply each row by its gate."
-        if same_rows(r["output"], want, c["d"]):
-            return (f"{where}: the right rows in the wrong order. The results come back sorted by expert; put each "
-                    "one back in its token's row (invert the permutation you sorted by).")
+        if close(r["output"], dense["unsorted"][rank], atol=ATOL, rtol=RTOL) or same_rows(r["output"], want, c["d"]):
+            return (f"{where}: the results are in the wrong rows. They come back sorted by expert; put each one back "
+                    "in its token's row (invert the permutation you sorted by) before multiplying by the gate.")
         return (f"{where}: route each token to argmax(router(x)), run the expert that owns it (experts[e] on rank "
                 "e // (E/N), the e − r·E/N-th of your own), and bring the result back to the token's row.")
     return None
