@@ -31,8 +31,9 @@ tokens of d = 256 per rank (|tokens| = 4 MiB), experts Linear–Tanh–Linear:
                    all-gather + reduce    sent 72.0 MiB per rank   peak RSS 187–233 MiB
 
 A threshold of 4·|tokens| per rank (the all-to-alls' ceiling, whatever N), or twice the reference's bytes in the same
-batch, separates them with room on both sides; peak memory agrees. At the graded sizes (tens of tokens) gloo's per-message overhead dominates: measure in a scenario of
-its own at this size. The grading scenarios cost 0.34–0.38 s per observation (all three, salts 1–3, load average 14).
+batch, separates them with room on both sides; peak memory agrees. At the graded sizes (tens of tokens) gloo's
+per-message overhead dominates: measure in a scenario of its own at this size. The grading scenarios cost
+0.34–0.38 s per observation (all three, salts 1–3, load average 14).
 """
 import math
 import os
