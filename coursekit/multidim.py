@@ -34,12 +34,16 @@ def heads_by_rank(block, tp: int):
 
 def bytes_sent(prof, world_size: int, element_size: int = 4) -> int:
     """Bytes this rank sent in a profiled region: every point-to-point send, and the part of every all-to-all's
-    input that goes to other ranks ((N−1)/N of it with even splits). Other collectives are not counted."""
+    input that goes to other ranks ((N−1)/N of it with even splits). Other collectives are not counted. The back end
+    names its operations ``gloo:send``, ``nccl:send``, …"""
     total = 0
     for event in prof.events():
+        backend, _, kind = event.name.partition(":")
+        if backend not in ("gloo", "nccl"):
+            continue
         values = sum(int(torch.Size(shape).numel()) for shape in event.input_shapes if shape)
-        if event.name == "gloo:send":
+        if kind == "send":
             total += values * element_size
-        elif event.name == "gloo:all_to_all":
+        elif kind == "all_to_all":
             total += values * element_size * (world_size - 1) // world_size
     return total

@@ -1,7 +1,7 @@
 """coursekit.multidim and the transformer block under tensor parallelism (Lesson 8's first section)."""
 import torch
 
-from coursekit.multidim import heads_by_rank, qkv_rows_by_rank
+from coursekit.multidim import bytes_sent, heads_by_rank, qkv_rows_by_rank
 from coursekit.transformer import Block, Config
 
 
@@ -40,3 +40,23 @@ def test_the_block_still_computes_the_same_function():
     want = x + attn
     want = want + block.mlp(block.ln_2(want))
     assert torch.allclose(block(x), want, atol=1e-6)
+
+
+def _sent(rank, world_size):
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        if rank == 0:
+            dist.send(torch.ones(10), 1)
+        else:
+            dist.recv(torch.empty(10), 0)
+        dist.all_to_all_single(torch.empty(8), torch.ones(8))
+        dist.all_reduce(torch.ones(100))  # not counted
+    return bytes_sent(prof, world_size)
+
+
+def test_bytes_sent_counts_sends_and_the_all_to_all_part_that_leaves():
+    from coursekit.dist import launch
+
+    assert launch(_sent, 2, backend="gloo", timeout=60) == [4 * 10 + 4 * 4, 4 * 4]
