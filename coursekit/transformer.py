@@ -60,17 +60,20 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         assert config.n_embd % config.n_head == 0
         self.n_head = config.n_head
+        self.head_dim = config.n_embd // config.n_head
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.attend = attention_function(config.attention)
 
     def forward(self, x):
-        b, s, h = x.shape
-        q, k, v = self.qkv(x).split(h, dim=2)
-        q, k, v = (t.view(b, s, self.n_head, h // self.n_head).transpose(1, 2) for t in (q, k, v))
+        b, s, _ = x.shape
+        # Sizes come from the tensors, not the config: under tensor parallelism (Lesson 8) qkv yields only this
+        # rank's heads.
+        q, k, v = self.qkv(x).chunk(3, dim=2)
+        q, k, v = (t.view(b, s, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
         y = self.attend(q, k, v, is_causal=True)
-        return self.dropout(self.proj(y.transpose(1, 2).reshape(b, s, h)))
+        return self.dropout(self.proj(y.transpose(1, 2).reshape(b, s, -1)))
 
 
 class MLP(nn.Module):

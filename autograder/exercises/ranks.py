@@ -30,7 +30,7 @@ from .define import DefinitionError, define_function
 from .meter import Meter
 from .observing import describe_exception, observation
 from .parse import BadMessage, loads_bounded
-from .reading import DEADLOCK
+from .reading import ABORTED, DEADLOCK
 
 LAUNCH_TIMEOUT_S = 8.0      # one scenario's ranks; a correct run takes well under a second
 REPLY_LIMIT = 2 << 20       # bytes one rank may answer with
@@ -171,6 +171,8 @@ def _parse_reply(rank: _Rank, overflow: bool) -> str | None:
     if not rank.data:
         _, status = os.waitpid(rank.pid, 0)
         rank.status = status
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGABRT:
+            return ABORTED  # gloo's own check on a message's size failed
         what = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
                 else f"exit code {os.WEXITSTATUS(status)}")
         return f"rank {rank.rank} died without a result ({what})"

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 NOT_DONE = "Your function still raises NotImplementedError: replace that line with your code."
 DEADLOCK = "deadlock"  # the error of a rank-spawning scenario whose ranks waited for each other until stopped
+ABORTED = "aborted"   # the error of a rank scenario where gloo killed a rank (SIGABRT): a message of the wrong size
 MISSING = "no result"  # the error of a scenario the student's observation lacks (parse.py)
 MALFORMED = "malformed: "  # the start of the error of a scenario whose results do not parse (parse.py)
 
@@ -28,6 +29,10 @@ def scenario(observation: dict, key: str, what: str) -> dict:
                                 f"{str(data['error'])[len(MALFORMED):].rstrip('.')}.")
         if str(data["error"]) == "NotImplementedError":  # the blank scaffold's bare raise (nn.Module's has words)
             raise ScenarioError(NOT_DONE)
+        if data["error"] == ABORTED:
+            raise ScenarioError(f"When {what}, gloo killed a rank (SIGABRT): a message arrived with another size than "
+                                "the rank receiving it expected. Every rank must send and receive tensors of the same "
+                                "shapes as its peers expect.")
         if data["error"] == DEADLOCK:
             raise ScenarioError(f"When {what}, a rank waited in a collective that another rank never called (the "
                                 "grader stopped them): every rank must call the same collectives, in the same order, "

@@ -1,0 +1,36 @@
+"""The scenarios of ``ring_attention`` and the shapes of its chunks (plain Python)."""
+from ..scenarios import held_out_rng, salted_seed
+
+ATOL, RTOL = 2e-5, 1e-4  # float32 round-off of a three-way log-sum-exp merge (measured: under 1e-6)
+
+
+SCENARIOS = {  # name: (world size, causal, what it is: the words after "when")
+    "two_ranks": (2, False, "called on 2 ranks"),
+    "two_ranks_causal": (2, True, "called on 2 ranks with is_causal=True"),
+    "three_ranks": (3, False, "called on 3 ranks"),
+    "three_ranks_causal": (3, True, "called on 3 ranks with is_causal=True"),
+    "four_ranks_causal": (4, True, "called on 4 ranks with is_causal=True"),
+}
+PUBLIC_SHAPES = {  # leading dims, chunk length n/N, head dim d
+    "two_ranks": ([2, 3], 4, 8),
+    "two_ranks_causal": ([2], 5, 8),
+    "three_ranks": ([2, 2], 3, 6),
+    "three_ranks_causal": ([1, 2], 4, 8),
+    "four_ranks_causal": ([2], 3, 8),
+}
+
+
+def cases(salt: int) -> dict[str, dict]:
+    """Every scenario's inputs; held-out salts draw other shapes (chunks of 2 to 6 positions, so every causal
+    chunk has a diagonal block and past blocks) and other seeds."""
+    found = {}
+    for i, (name, (world_size, causal, words)) in enumerate(SCENARIOS.items()):
+        if salt == 0:
+            lead, chunk, d = PUBLIC_SHAPES[name]
+        else:
+            rng = held_out_rng(salt, f"shapes of {name}")
+            lead = [rng.randint(1, 3) for _ in range(rng.randint(1, 2))]
+            chunk, d = rng.randint(2, 6), rng.choice([4, 6, 8, 12])
+        found[name] = {"what": words, "world_size": world_size, "is_causal": causal, "lead": list(lead),
+                       "chunk": chunk, "d": d, "seed": salted_seed(500 + i, salt)}
+    return found

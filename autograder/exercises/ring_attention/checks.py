@@ -1,0 +1,93 @@
+"""The checks of ``ring_attention``: plain Python on the observations (no torch here)."""
+import math
+
+from ..reading import case, close, rank_results
+from .cases import ATOL, RTOL
+
+ABORTED_HINT = ("Every rank sends and receives K/V chunks of the same shape as its own k and v.")
+
+
+def ranks_of(student: dict, reference: dict, key: str) -> list[dict]:
+    """The scenario's per-rank records, exactly one per rank, or a ScenarioError with one sentence."""
+    return rank_results(student, reference, key, reword=lambda message: message.replace(
+        "Every rank must send and receive tensors of the same shapes as its peers expect.", ABORTED_HINT))
+
+
+def output_problem(student, reference, key: str) -> str | None:
+    c = case(reference, key)
+    for rank, (got, want) in enumerate(zip(ranks_of(student, reference, key), reference["full"][key])):
+        if not close(got["output"], want, atol=ATOL, rtol=RTOL):
+            return (f"When {c['what']}, rank {rank}'s output differs from full attention over the whole sequence"
+                    f"{hint(c, rank)}")
+    return None
+
+
+def hint(c: dict, rank: int) -> str:
+    """What most often goes wrong in this kind of scenario (never a value of the reference)."""
+    n = c["world_size"]
+    if not c["is_causal"]:
+        return (": at every step use the K/V chunk you hold, scale the scores by 1/√d, and merge the partial results "
+                "with log-sum-exp weights (out = Σ exp(L_i − L)·out_i with L = logsumexp of the L_i), not an average.")
+    if n == 2:
+        return (": mask by global positions. Query i (global position) sees key j only if j ≤ i: the chunk of a "
+                "lower rank is all visible, your own chunk needs the triangular mask, a higher rank's none of it.")
+    return (f" (rank {rank} of {n}): at step t a rank holds the chunk of rank (r − t) mod N, since K and V travel "
+            "r → r+1. Check the direction of your sends and the global positions you give each chunk.")
+
+
+def check_two_ranks(student, reference):
+    return output_problem(student, reference, "two_ranks")
+
+
+def check_three_ranks(student, reference):
+    return output_problem(student, reference, "three_ranks")
+
+
+def check_two_ranks_causal(student, reference):
+    return output_problem(student, reference, "two_ranks_causal")
+
+
+def check_causal_ring(student, reference):
+    return output_problem(student, reference, "three_ranks_causal") or \
+        output_problem(student, reference, "four_ranks_causal")
+
+
+TRAFFIC_SCENARIOS = ("two_ranks", "three_ranks")
+
+
+def check_ring_traffic(student, reference):
+    """Sends only to r+1, receives only from r−1, (N−1)·(|K|+|V|) values each way, and no collective (read where
+    the outputs show the real computation: the scenarios without a mask)."""
+    for key in TRAFFIC_SCENARIOS:
+        c = case(reference, key)
+        n = c["world_size"]
+        chunk_values = 2 * math.prod(c["lead"]) * c["chunk"] * c["d"]  # K and V of one chunk
+        for rank, r in enumerate(ranks_of(student, reference, key)):
+            others = sorted(kind for kind, count in r["collectives"].items() if int(count) and kind != "barrier")
+            if others:
+                return (f"When {c['what']}, rank {rank} used {', '.join(others)}: in ring attention K and V travel "
+                        "by point-to-point messages only (send/recv, isend/irecv or batch_isend_irecv).")
+            sent = r["sends"]
+            if any(int(peer) != (rank + 1) % n for peer, _ in sent) or \
+                    any(int(peer) != (rank - 1) % n for peer, _ in r["recvs"]):
+                return (f"When {c['what']}, rank {rank} exchanged messages with ranks other than its ring "
+                        "neighbours: send to (r+1) mod N and receive from (r−1) mod N.")
+            total = sum(int(values) for _, values in sent)
+            if total != (n - 1) * chunk_values:
+                steps = total / chunk_values
+                return (f"When {c['what']}, rank {rank} sent K and V {steps:.2g} times over, not N−1 = {n - 1} times: "
+                        "one hop per step, and no send after the last step.")
+    return None
+
+
+def outputs_are_genuine(got: dict, want: dict) -> str | None:
+    """The evidence: every rank's output is its rows of the attention over all ranks' seeded chunks (no rank can
+    compute it from its own chunk alone). Counts of messages are believed only with it."""
+    ranks = got.get("ranks")
+    c = want["case"]
+    if not isinstance(ranks, list) or len(ranks) != c["world_size"]:
+        return f"when {c['what']}, the grader found no result from every rank."
+    for r, w in zip(ranks, want["ranks"]):
+        if not isinstance(r, dict) or not close(r.get("output"), w["output"], atol=ATOL, rtol=RTOL):
+            return f"when {c['what']}, the ranks' outputs are not the attention over the grader's sequence."
+    return None

@@ -1,0 +1,105 @@
+"""Observing ``ring_attention`` on real ranks: each rank draws only its own chunk."""
+import math
+import os
+import warnings
+
+import torch
+
+import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
+
+from ..observing import float32_data, tensor_data
+from ..ranks import observe_on_ranks, student_call
+from .cases import cases
+
+
+def rank_chunk(case: dict, rank: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v of positions [rank·chunk, (rank+1)·chunk): (*lead, chunk, d) float32, from this rank's own seed."""
+    generator = torch.Generator().manual_seed(case["seed"] * 16 + rank)
+    shape = (*case["lead"], case["chunk"], case["d"])
+    return tuple(torch.randn(shape, generator=generator) for _ in range(3))
+
+
+def full_attention(case: dict) -> list[list[float]]:
+    """The whole sequence's attention in float64 (the ground truth), as each rank's flat rows."""
+    chunks = [rank_chunk(case, r) for r in range(case["world_size"])]
+    q, k, v = (torch.cat([c[i] for c in chunks], dim=-2).double() for i in range(3))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(case["d"])
+    if case["is_causal"]:
+        n = scores.size(-1)
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    out = scores.softmax(-1) @ v
+    return [tensor_data(part) for part in out.split(case["chunk"], dim=-2)]
+
+
+# ---- observing: real ranks, the grader's own record of what travelled ---------------------------------
+
+class P2PLog:
+    """Every point-to-point message of this rank: (peer, values). Patched on the process group's class after the
+    fork (dist.send/recv/isend/irecv and batch_isend_irecv all call these methods), so it dies with the rank."""
+
+    def __init__(self):
+        import torch.distributed as dist
+
+        self.sends, self.recvs = [], []
+        send, recv = dist.ProcessGroup.send, dist.ProcessGroup.recv
+
+        def logged_send(group, tensors, dst, *args, **kwargs):
+            self.sends.append([int(dst), sum(int(t.numel()) for t in tensors)])
+            return send(group, tensors, dst, *args, **kwargs)
+
+        def logged_recv(group, tensors, src, *args, **kwargs):
+            self.recvs.append([int(src), sum(int(t.numel()) for t in tensors)])
+            return recv(group, tensors, src, *args, **kwargs)
+
+        dist.ProcessGroup.send, dist.ProcessGroup.recv = logged_send, logged_recv
+
+
+def collectives(prof) -> dict[str, int]:
+    """Every gloo operation the profiler saw, by kind, point-to-point ones left out: {"all_gather": 1, ...}."""
+    counts: dict[str, int] = {}
+    for event in prof.events():
+        kind = event.name.removeprefix("gloo:")
+        if event.name.startswith("gloo:") and kind not in ("send", "recv"):
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def ring_rank(rank: int, world_size: int, fn, case: dict) -> dict:
+    """One rank: its own chunk, the student's ring attention under no_grad, what it returned and sent."""
+    from torch.profiler import ProfilerActivity, profile
+
+    warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr, and so would
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # gloo's own abort message on a message of the wrong size
+    q, k, v = rank_chunk(case, rank)
+    log = P2PLog()
+    with profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
+        out = student_call(fn, q.clone(), k.clone(), v.clone(), is_causal=case["is_causal"])
+    want = tuple(q.shape)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+        got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        student_call(_raise, ValueError(f"ring_attention returned {got}, not this rank's rows, shape {want}"))
+    return {"forbidden": False, "output": float32_data(out), "sends": log.sends, "recvs": log.recvs,
+            "collectives": collectives(prof)}
+
+
+def _raise(exc: Exception):
+    raise exc
+
+
+def warm_profiler() -> None:
+    """The profiler's first start costs about 1.5 s; once here, not in every forked rank."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]):
+        torch.zeros(1).add_(1)
+
+
+def observe(fn, *, salt: int = 0) -> dict:
+    warm_profiler()
+    return observe_on_ranks(salt, cases(salt), ring_rank, fn)
+
+
+def observe_reference(fn, *, salt: int = 0) -> dict:
+    result = observe(fn, salt=salt)
+    result["full"] = {name: full_attention(s["case"]) for name, s in result["scenarios"].items()}
+    return result

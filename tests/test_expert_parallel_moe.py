@@ -1,0 +1,86 @@
+"""Lesson 8's ExpertParallelMoE grader, beyond the variant suite: why its feedback is true, and that it leaves no
+process behind.
+
+* The reference's ranks equal the dense single-process MoE over all ranks' tokens (output, x.grad, the experts'
+  gradients, the router's summed over the ranks), the truth the checks compare with; its record is the one the
+  feedback describes: all-to-alls only, three in the forward (counts, dispatch, combine) and two in the backward.
+* The skewed scenario really has a rank that receives no token, and the poisoned experts really differ: a rank that
+  runs another rank's expert gets wrong values.
+* Grading forks ranks; afterwards no process is left, also when mismatched split sizes get a rank killed by gloo
+  (SIGABRT), which becomes that student's reason.
+"""
+import multiprocessing
+
+import pytest
+import torch
+from conftest import grade_source, reference_observation
+from processes import descendants_left
+from submission_factory import grade_one_exercise_class, reference_source
+from variants.expert_parallel_moe import WRONG
+
+from autograder.exercises.expert_parallel_moe import cases, checks, observe
+
+EX, NB = "ExpertParallelMoE", "08_multidim_parallel.ipynb"
+
+
+@pytest.mark.parametrize("salt", [0, 1])
+def test_reference_is_the_dense_moe_and_uses_all_to_all_only(salt):
+    ref = reference_observation(EX, salt)
+    for name, observed in ref["scenarios"].items():
+        c, dense = observed["case"], ref["dense"][name]
+        per_rank = c["experts"] // c["world_size"]
+        ranks = observed["ranks"]
+        for rank, r in enumerate(ranks):
+            assert checks.close(r["output"], dense["output"][rank], atol=1e-6), (name, rank)
+            assert checks.close(r["x_grad"], dense["x_grad"][rank], atol=1e-6), (name, rank)
+            for j, grads in enumerate(r["expert_grads"]):
+                assert checks.close(grads, dense["expert_grads"][rank * per_rank + j], atol=1e-5), (name, rank, j)
+            assert {kind for kind, _ in r["forward"] + r["backward"]} == {"all_to_all"}, (name, rank)
+            assert (len(r["forward"]), len(r["backward"])) == (3, 2), (name, rank)
+        total = [sum(r["router_grad"][i] for r in ranks) for i in range(len(ranks[0]["router_grad"]))]
+        assert checks.close(total, dense["router_grad"], atol=1e-5), name
+
+
+def test_the_skewed_scenario_leaves_the_last_rank_idle():
+    for salt in (0, 1, 2, 3):
+        c = cases.cases(salt)["three_ranks_skewed"]
+        per_expert = observe.dense_moe(c)["tokens_per_expert"]
+        assert sum(per_expert[-c["experts"] // c["world_size"]:]) == 0 and per_expert[0] > 0, (salt, per_expert)
+
+
+def test_only_the_owner_holds_an_expert_s_true_weights():
+    c = cases.cases(0)["two_ranks"]
+    _, true = observe.make_layers(c)
+    for rank in range(c["world_size"]):
+        _, held = observe.make_layers(c, rank)
+        for e, (a, b) in enumerate(zip(true, held)):
+            same = all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+            assert same == (e // (c["experts"] // c["world_size"]) == rank), (rank, e)
+
+
+def test_mismatched_splits_are_that_students_reason(subreaper):
+    results = grade_source(EX, WRONG["assumes_it_receives_what_it_sends"][0])
+    more_ranks = next(r for r in results if "3 ranks" in r.title)
+    assert more_ranks.score == 0 and "SIGABRT" in more_ranks.feedback, more_ranks.feedback
+    assert multiprocessing.active_children() == [] and descendants_left() == []
+
+
+def test_no_process_left_after_grading_in_this_process(subreaper):
+    for source in (reference_source(EX), WRONG["skips_experts_without_rows"][0]):
+        grade_source(EX, source)
+        assert multiprocessing.active_children() == []
+        assert descendants_left() == []
+
+
+@pytest.mark.slow
+def test_class_grading_full_partial_zero_without_leftovers(tmp_path, subreaper):
+    """`python -m autograder grade` on held-out scenarios: the solution full, a dispatch outside autograd partial, the
+    blank notebook 0, a gather partial."""
+    rows = grade_one_exercise_class(tmp_path, NB, EX, {"alice": reference_source(EX), "bob": None,
+                                                       "carl": WRONG["dispatch_outside_autograd"][0],
+                                                       "dora": WRONG["all_gathers_the_tokens"][0]})
+    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 11, rows["alice"]["feedback"]
+    assert float(rows["bob"]["score"]) == 0 and "NotImplementedError" in rows["bob"]["feedback"]
+    assert 0 < float(rows["carl"]["score"]) < 11 and "autograd functions" in rows["carl"]["feedback"]
+    assert float(rows["dora"]["score"]) == 9 and "all_gather" in rows["dora"]["feedback"]
+    assert descendants_left() == []
