@@ -61,12 +61,13 @@ def _observe_public() -> dict[str, dict]:
 
 def _generate(args) -> int:
     from .authoring.generate import check_generated, generate
+    from .authoring.readme import stale_readme, write_readme
     from .authoring.reference_files import stale_references, write_references
 
     if args.check:
-        return _report(check_generated() + stale_references(), "student notebooks and reference observations "
-                                                                "match solutions/")
-    for line in generate() + write_references(_observe_public()):
+        return _report(check_generated() + stale_references() + stale_readme(),
+                       "student notebooks, reference observations and the README's lessons table match solutions/")
+    for line in generate() + write_references(_observe_public()) + write_readme():
         print(line)
     return 0
 

@@ -23,7 +23,7 @@ MAY_IMPORT = {  # part → the parts its modules may import (besides itself)
     "coursekit": set(),
     "autograder.exercises": {"coursekit"},
     "autograder.selfcheck": {"autograder.exercises"},
-    "autograder.authoring": {"autograder.exercises", "autograder.selfcheck"},
+    "autograder.authoring": {"autograder.exercises", "autograder.selfcheck", "coursekit"},
     "autograder.grader": {"autograder.exercises", "autograder.selfcheck", "autograder.authoring", "coursekit"},
     "autograder": {"autograder.exercises", "autograder.selfcheck", "autograder.authoring", "autograder.grader"},
 }
