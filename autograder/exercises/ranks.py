@@ -14,9 +14,10 @@ runs ``target``; it answers with one JSON message on a pipe of its own, which th
 and parses with bounds (never unpickles). While the ranks run, the launcher's ``Meter`` (meter.py) measures them
 from outside: memory and loopback bytes, numbers that a rank's own code cannot lower. A rank that finds the student
 using what the exercise forbids says ``"forbidden": True`` in its record; ``reading.rank_results`` turns that into
-the exercise's sentence. No process is left behind: every rank runs in its own process group, killed when the
-scenario ends.
+the exercise's sentence. No rank is left behind: each is killed and reaped when the scenario ends (in class grading,
+whatever a rank started is killed with the task's session and the sandbox's PID namespace).
 """
+import ctypes
 import datetime
 import json
 import os
@@ -37,6 +38,7 @@ REPLY_LIMIT = 2 << 20       # bytes one rank may answer with
 _STUDENT_RAISED = "the student's code raised: "
 _PEER_GONE = ("Timed out", "timed out", "closed by peer", "Connection reset", "Broken pipe")
 _child_setup = []           # callables run first in every rank (``configure``)
+M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameters
 
 
 def configure(*, child_setup=None) -> None:
@@ -66,6 +68,25 @@ def student_call(fn, *args, **kwargs):
         raise StudentCodeFailed(_STUDENT_RAISED + describe_exception(exc).replace("\n", " ")) from None
 
 
+def return_freed_memory() -> None:
+    """glibc hands large blocks back to the kernel on free only below a threshold it raises as a program runs; fix
+    it at 64 KiB (and one arena), so that a freed tensor leaves the resident memory the meter reads (meter.py)."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(M_MMAP_THRESHOLD, 64 << 10)
+        libc.mallopt(M_ARENA_MAX, 1)
+    except (OSError, AttributeError):  # not glibc: the meter reads what it reads
+        pass
+
+
+def trim_memory() -> None:
+    """Hand free heap pages back before forking ranks, so that what they inherit is what the launcher really holds."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -78,7 +99,7 @@ def _rank_main(rank: int, world_size: int, port: int, timeout: float, target, ar
                group: bool) -> None:
     """A forked rank: set up, define the student's code, run the target, answer with JSON, exit. Never returns."""
     try:
-        os.setpgid(0, 0)
+        return_freed_memory()
         for setup in _child_setup:
             setup()
         import torch
@@ -122,6 +143,7 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
     """One scenario on ``world_size`` forked ranks: ``{"ranks": [...], "meter": {...}}`` or ``{"error": ...}``."""
     port, ranks = free_port(), []
     meter = Meter()
+    trim_memory()
     for rank in range(world_size):
         read_fd, write_fd = os.pipe()
         pid = os.fork()
@@ -191,11 +213,11 @@ def _parse_reply(rank: _Rank, overflow: bool) -> str | None:
 
 
 def _stop(ranks: list[_Rank], meter: Meter) -> None:
-    """Stop every rank and whatever it started in its process group; reap them (the meter reads their usage)."""
+    """Stop every rank and reap it (the meter reads its usage)."""
     for r in ranks:
-        for target in (-r.pid, r.pid):
+        if r.status is None:
             try:
-                os.kill(target, signal.SIGKILL) if r.status is None else None
+                os.kill(r.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         os.close(r.fd)
