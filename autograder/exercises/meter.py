@@ -13,8 +13,18 @@ self-check) samples, while the ranks run:
 
 Where these numbers are read by the checks, the exercise states its problem size so that the method's signal
 dominates (docs/grading.md, "What a student controls").
+
+**Gates.** Memory sampled every few milliseconds can miss a short peak, and bytes say nothing about *when* they
+were sent. So a scenario may put gates in the grader's model (``ranks.ask_gate``): at each one a rank stops, sends
+a digest of the data it has reached, and waits for a factor that the grader's code multiplies into the computation.
+The launcher's gate policy answers: ``SampleAtGates`` reads the waiting rank's memory (what it holds at that point
+of its backward pass); ``OverlapGates`` holds one rank and watches the loopback, to tell communication that runs
+while the backward pass goes on from communication that waits for it or comes after it. The factors make a rank's
+results depend on having asked at each gate in order (the checks divide them out), and the digests show it asked
+with the real data (the checks compare them with the reference's).
 """
 import os
+import random
 import time
 from pathlib import Path
 
@@ -48,8 +58,8 @@ def loopback_tx_bytes() -> int | None:
 
 
 class Meter:
-    def __init__(self, interval: float = SAMPLE_S):
-        self.interval = interval
+    def __init__(self, interval: float = SAMPLE_S, gates=None):
+        self.interval, self.gates = interval, gates
         self.pids: list[int] = []
         self.baseline = 0
         self.peaks: list[int] = []
@@ -67,16 +77,31 @@ class Meter:
         self.lo_start = loopback_tx_bytes()
         self.sample()
 
+    def held(self, rank: int) -> int | None:
+        """What rank ``rank`` holds now above what it inherited (None when it is gone)."""
+        held = status_bytes(self.pids[rank])
+        return None if held is None else max(0, held - self.baseline)
+
     def sample(self) -> None:
         total = 0
-        for i, pid in enumerate(self.pids):
-            held = status_bytes(pid)
-            if held is not None:
-                grown = max(0, held - self.baseline)
+        for i in range(len(self.pids)):
+            grown = self.held(i)
+            if grown is not None:
                 self.peaks[i] = max(self.peaks[i], grown)
                 total += grown
         self.total_peak = max(self.total_peak, total)
         self.samples += 1
+
+    def sent(self) -> int | None:
+        """Bytes sent on the loopback since the ranks started."""
+        now = loopback_tx_bytes()
+        return None if None in (now, self.lo_start) else now - self.lo_start
+
+    def gate_request(self, rank: int, request) -> list[tuple[int, float]]:
+        return self.gates.request(rank, request, self) if self.gates else []
+
+    def gate_tick(self) -> list[tuple[int, float]]:
+        return self.gates.tick(self) if self.gates else []
 
     def reaped(self, rank: int, usage) -> None:
         self.maxrss_kib[rank] = int(usage.ru_maxrss)
@@ -89,4 +114,119 @@ class Meter:
     def result(self) -> dict:
         lo = (self.lo_end - self.lo_start) if None not in (self.lo_start, self.lo_end) else None
         return {"peak_bytes": self.peaks, "total_peak_bytes": self.total_peak, "lo_bytes": lo,
-                "samples": self.samples, "maxrss_kib": self.maxrss_kib}
+                "samples": self.samples, "maxrss_kib": self.maxrss_kib,
+                **({"gates": self.gates.result()} if self.gates else {})}
+
+
+# ---- gate policies --------------------------------------------------------------------------------
+
+def _digest(request) -> list[float] | None:
+    digest = request.get("digest") if isinstance(request, dict) else None
+    if isinstance(digest, list) and len(digest) == 2 and all(isinstance(v, int | float) for v in digest):
+        return [float(v) for v in digest]
+    return None
+
+
+class GatePolicy:
+    """Factors drawn per gate index (the n-th gate a rank reaches), the same for every rank, so that an average over
+    ranks is scaled by one factor; every request recorded with the rank's memory and the bytes sent so far."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        self.factors: list[float] = []
+        self.reached = [0] * world_size          # gates each rank has asked at
+        self.records: list[dict] = []
+        self.random = random.SystemRandom()      # nothing in the ranks' memory predicts it
+
+    def factor(self, index: int) -> float:
+        while len(self.factors) <= index:
+            self.factors.append(round(self.random.uniform(0.5, 1.5), 6))
+        return self.factors[index]
+
+    def record(self, rank: int, request, meter: Meter) -> int:
+        index = self.reached[rank]
+        self.reached[rank] += 1
+        self.records.append({"rank": rank, "index": index, "digest": _digest(request), "held_bytes": meter.held(rank),
+                             "sent_bytes": meter.sent()})
+        return index
+
+    def request(self, rank: int, request, meter: Meter) -> list[tuple[int, float]]:
+        raise NotImplementedError
+
+    def tick(self, meter: Meter) -> list[tuple[int, float]]:
+        return []
+
+    def result(self) -> dict:
+        return {"factors": self.factors, "records": self.records[:256]}
+
+
+class SampleAtGates(GatePolicy):
+    """Each rank's memory at each of its gates, answered at once: what it holds at that point of the computation."""
+
+    def request(self, rank: int, request, meter: Meter) -> list[tuple[int, float]]:
+        return [(rank, self.factor(self.record(rank, request, meter)))]
+
+
+class OverlapGates(GatePolicy):
+    """Every rank waits at each gate until all have reached it. At gate index ``hold`` (reached when the ranks have
+    finished the backward of the layers after it, so a bucket's gradients are ready):
+
+    1. only rank 0 goes on: does it reach its next gate within ``wait_s`` while its peers stay held? (A rank whose
+       gradient hook waits for an all-reduce cannot: its peers have not contributed yet.)
+    2. then the others go on too while rank 0 stays held at its next gate: do at least ``bucket_bytes`` appear on the
+       loopback within ``wait_s``? (Only an all-reduce launched during the backward pass sends anything while rank 0
+       is stopped before the next layer; one launched after backward has not started.)
+    """
+
+    def __init__(self, world_size: int, hold: int, bucket_bytes: int, wait_s: float = 1.0):
+        super().__init__(world_size)
+        self.hold, self.bucket_bytes, self.wait_s = hold, bucket_bytes, wait_s
+        self.waiting: dict[int, set[int]] = {}
+        self.phase, self.since, self.sent_at_release = "barrier", 0.0, 0
+        self.continued = self.sent_while_held = None
+
+    def request(self, rank: int, request, meter: Meter) -> list[tuple[int, float]]:
+        index = self.record(rank, request, meter)
+        self.waiting.setdefault(index, set()).add(rank)
+        if self.phase == "first goes" and rank == 0 and index == self.hold + 1:
+            self.continued = True
+            return self._release_peers(meter)
+        return self._release_full(meter)
+
+    def _release_full(self, meter: Meter) -> list[tuple[int, float]]:
+        out = []
+        for index in sorted(self.waiting):
+            ranks = self.waiting[index]
+            if len(ranks) < self.world_size:
+                continue
+            if index == self.hold and self.phase == "barrier":
+                self.phase, self.since = "first goes", time.monotonic()
+                ranks.discard(0)
+                out.append((0, self.factor(index)))
+                continue
+            if index == self.hold + 1 and self.phase in ("first goes", "peers go"):
+                continue  # rank 0 waits here until the bytes test is over
+            out += [(r, self.factor(index)) for r in sorted(ranks)]
+            del self.waiting[index]
+        return out
+
+    def _release_peers(self, meter: Meter) -> list[tuple[int, float]]:
+        self.phase, self.since, self.sent_at_release = "peers go", time.monotonic(), meter.sent() or 0
+        peers = sorted(self.waiting.pop(self.hold, set()))
+        return [(r, self.factor(self.hold)) for r in peers]
+
+    def tick(self, meter: Meter) -> list[tuple[int, float]]:
+        now = time.monotonic()
+        if self.phase == "first goes" and now - self.since > self.wait_s:
+            self.continued = False
+            return self._release_peers(meter)
+        if self.phase == "peers go":
+            sent = (meter.sent() or 0) - self.sent_at_release
+            if sent >= self.bucket_bytes or now - self.since > self.wait_s:
+                self.sent_while_held, self.phase = sent, "done"
+                return self._release_full(meter)
+        return []
+
+    def result(self) -> dict:
+        return {**super().result(), "continued": self.continued, "sent_while_held": self.sent_while_held,
+                "bucket_bytes": self.bucket_bytes}

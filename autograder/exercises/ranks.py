@@ -95,9 +95,35 @@ def free_port() -> int:
 
 # ---- inside a rank ------------------------------------------------------------------------------
 
+_gate_channel: tuple[int, int] | None = None  # (request fd, reply fd) of this rank, when its scenario has gates
+GATE_MESSAGE = 4096                            # bytes of one gate request
+
+
+def ask_gate(name: str, tensor) -> float:
+    """At a gate of the grader's model: tell the launcher where this rank is (with a digest of ``tensor``, the data
+    it has reached) and wait for its factor, which the grader's code multiplies into the computation. The launcher
+    measures the ranks while they wait (meter.py); the factor makes the results depend on asking in this order. In
+    a scenario without gates the factor is 1."""
+    if _gate_channel is None:
+        return 1.0
+    request, reply = _gate_channel
+    t = tensor.detach().double()
+    os.write(request, (json.dumps({"gate": name, "digest": [float(t.sum()), float(t.square().sum())]}) + "\n")
+             .encode()[:GATE_MESSAGE])
+    answer = b""
+    while not answer.endswith(b"\n"):
+        chunk = os.read(reply, 64)
+        if not chunk:
+            raise RuntimeError("the grader's launcher closed the gate")
+        answer += chunk
+    return float(answer)
+
+
 def _rank_main(rank: int, world_size: int, port: int, timeout: float, target, args, reply_fd: int,
-               group: bool) -> None:
+               group: bool, gate_fds: tuple[int, int] | None) -> None:
     """A forked rank: set up, define the student's code, run the target, answer with JSON, exit. Never returns."""
+    global _gate_channel
+    _gate_channel = gate_fds
     try:
         return_freed_memory()
         for setup in _child_setup:
@@ -134,26 +160,41 @@ def _rank_main(rank: int, world_size: int, port: int, timeout: float, target, ar
 # ---- the launcher -------------------------------------------------------------------------------
 
 class _Rank:
-    def __init__(self, rank: int, pid: int, fd: int):
+    def __init__(self, rank: int, pid: int, fd: int, gate_fds: tuple[int, int] | None):
         self.rank, self.pid, self.fd = rank, pid, fd
+        self.gate_in, self.gate_out = gate_fds or (None, None)  # requests from the rank, factors to it
+        self.gate_data = b""
         self.data, self.done, self.status, self.message = bytearray(), False, None, None
 
+    def fds(self) -> list[int]:
+        return [fd for fd in (self.fd, self.gate_in, self.gate_out) if fd is not None]
 
-def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT_S, group: bool = True) -> dict:
-    """One scenario on ``world_size`` forked ranks: ``{"ranks": [...], "meter": {...}}`` or ``{"error": ...}``."""
+
+def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT_S, group: bool = True,
+                 gates=None) -> dict:
+    """One scenario on ``world_size`` forked ranks: ``{"ranks": [...], "meter": {...}}`` or ``{"error": ...}``.
+
+    ``gates``: a gate policy (meter.py) when the target's model has gates (``ask_gate``): the launcher then answers
+    each rank's gate requests as the policy says, measuring the ranks while they wait.
+    """
     port, ranks = free_port(), []
-    meter = Meter()
+    meter = Meter(gates=gates)
     trim_memory()
     for rank in range(world_size):
         read_fd, write_fd = os.pipe()
+        requests, replies = (os.pipe(), os.pipe()) if gates else ((None, None), (None, None))
         pid = os.fork()
         if pid == 0:
             os.close(read_fd)
-            for other in ranks:
-                os.close(other.fd)
-            _rank_main(rank, world_size, port, timeout, target, args, write_fd, group)
-        os.close(write_fd)
-        ranks.append(_Rank(rank, pid, read_fd))
+            for fd in [fd for other in ranks for fd in other.fds()] + [requests[0], replies[1]]:
+                if fd is not None:
+                    os.close(fd)
+            _rank_main(rank, world_size, port, timeout, target, args, write_fd, group,
+                       (requests[1], replies[0]) if gates else None)
+        for fd in (write_fd, requests[1], replies[0]):
+            if fd is not None:
+                os.close(fd)
+        ranks.append(_Rank(rank, pid, read_fd, (requests[0], replies[1]) if gates else None))
     meter.start([r.pid for r in ranks])
     try:
         failure = _collect(ranks, meter, time.monotonic() + timeout)
@@ -171,9 +212,16 @@ def _collect(ranks: list[_Rank], meter: Meter, deadline: float) -> str | None:
         if now >= deadline:
             return DEADLOCK
         waiting = {r.fd: r for r in ranks if not r.done}
-        ready, _, _ = select.select(list(waiting), [], [], min(meter.interval, deadline - now))
+        asking = {r.gate_in: r for r in ranks if r.gate_in is not None and not r.done}
+        ready, _, _ = select.select([*waiting, *asking], [], [], min(meter.interval, deadline - now))
         meter.sample()
         for fd in ready:
+            if fd in asking:
+                _gate_request(asking[fd], ranks, meter)
+        _send_factors(meter.gate_tick(), ranks)
+        for fd in ready:
+            if fd not in waiting:
+                continue
             rank = waiting[fd]
             chunk = os.read(fd, 1 << 16)
             if chunk and len(rank.data) + len(chunk) <= REPLY_LIMIT:
@@ -184,6 +232,31 @@ def _collect(ranks: list[_Rank], meter: Meter, deadline: float) -> str | None:
             if problem:
                 return problem
     return None
+
+
+def _gate_request(rank: _Rank, ranks: list[_Rank], meter: Meter) -> None:
+    """A rank reached a gate: its request, parsed with bounds, goes to the policy; factors go out as it says."""
+    chunk = os.read(rank.gate_in, GATE_MESSAGE)
+    if not chunk:
+        os.close(rank.gate_in)
+        rank.gate_in = None
+        return
+    rank.gate_data = (rank.gate_data + chunk)[-2 * GATE_MESSAGE:]
+    while b"\n" in rank.gate_data:
+        line, _, rank.gate_data = rank.gate_data.partition(b"\n")
+        try:
+            request = loads_bounded(line, limit=GATE_MESSAGE)
+        except BadMessage:
+            request = None
+        _send_factors(meter.gate_request(rank.rank, request), ranks)
+
+
+def _send_factors(factors: list[tuple[int, float]], ranks: list[_Rank]) -> None:
+    for rank, factor in factors:
+        try:
+            os.write(ranks[rank].gate_out, f"{factor!r}\n".encode())
+        except OSError:  # the rank is gone: its result (or its absence) says so
+            pass
 
 
 def _parse_reply(rank: _Rank, overflow: bool) -> str | None:
@@ -220,7 +293,8 @@ def _stop(ranks: list[_Rank], meter: Meter) -> None:
                 os.kill(r.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        os.close(r.fd)
+        for fd in r.fds():
+            os.close(fd)
     for r in ranks:
         if r.status is None:
             try:
