@@ -9,6 +9,9 @@ holds the previous batch's gradient when each backward pass starts, the final pa
 every ``GradScaler.update`` call with the scale after it. One scenario passes a GradScaler of the
 grader's own (``scaler=``) and calls the function twice, as a training loop calls it once per epoch:
 that scaler must be the one updated, and its scale must carry over from the first call to the second.
+Another passes a ``max_norm`` below every batch's gradient norm, so that every step clips: the gradient norm
+each real optimizer step sees (a pre-hook) must be ``max_norm`` — not the larger true norm (no clipping), and not
+``max_norm / S`` (the gradients clipped while still multiplied by the loss scale S, before ``scaler.unscale_``).
 
 Watching ``GradScaler.update`` means wrapping the class's method while the scenario runs. That is
 grader code, restored afterwards; the student's scaler is created inside their function, so this is
@@ -38,6 +41,7 @@ OUTLIER = 100.0
 # 2e-5 leaves room for a different summation order on a GPU while staying well below the gap between an
 # fp16 and an fp32 epoch of the default scenario (1.2e-4), let alone a wrong update (1e-2 and more).
 ATOL = 2e-5
+CLIP_NORM = 0.01  # below the gradient norm of every batch of every seed's problem: every step clips (measured)
 
 
 # ---- the problems -------------------------------------------------------------------------
@@ -111,8 +115,13 @@ class WatchedCriterion:
 def run_problem(fn, case: dict) -> dict:
     model, loader, optimizer = make_problem(seed=case["seed"], device=case["device"], n_batches=case["n_batches"],
                                             dropout=case["dropout"], outlier_batch=case["outlier_batch"])
-    steps = []  # a pre-hook sees only real steps: GradScaler.step skips optimizer.step on inf/NaN
-    optimizer.register_step_pre_hook(lambda opt, args, kwargs: steps.append(1))
+    steps, norms = [], []  # a pre-hook sees only real steps: GradScaler.step skips optimizer.step on inf/NaN
+
+    def before_step(opt, args, kwargs):  # returns None: a value would replace the step's arguments
+        steps.append(1)
+        norms.append(grad_norm(model))
+
+    optimizer.register_step_pre_hook(before_step)
     initial, after_first_step = params_data(model), []
     optimizer.register_step_post_hook(lambda opt, args, kwargs: after_first_step or after_first_step.append(
         params_data(model)))
@@ -128,8 +137,9 @@ def run_problem(fn, case: dict) -> dict:
     torch.manual_seed(case["seed"] + 1000)  # dropout masks: the same stream for every implementation
     dtype = case["dtype"] and getattr(torch, case["dtype"])
     args = (model, loader, optimizer, criterion) + (() if dtype is None else (dtype,))
+    clip = {} if case.get("max_norm") is None else {"max_norm": case["max_norm"]}
     with WatchedScalers() as scalers:
-        returned = fn(*args)
+        returned = fn(*args, **clip)
     return {
         "returned_model": returned is model,
         "returned_type": type(returned).__name__,
@@ -138,11 +148,18 @@ def run_problem(fn, case: dict) -> dict:
         "activation_dtypes": sorted(activation_dtypes),
         "param_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
         "steps": len(steps),
+        "step_grad_norms": [float(f"{n:.6g}") for n in norms],  # the gradient norm each real step used
         "stale_grads_at_backward": criterion.stale,
         "params": params_data(model),
         "first_update": [a - b for a, b in zip(after_first_step[0], initial)] if after_first_step else [],
         "updates": scalers.calls,  # scalers numbered in order of first use
     }
+
+
+def grad_norm(model) -> float:
+    """The norm of all gradients together, as clip_grad_norm_ computes it."""
+    grads = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
+    return float(torch.stack(grads).norm()) if grads else 0.0
 
 
 # The given scaler starts too high for this model's fp16 gradients (so its first steps overflow and are
@@ -185,8 +202,10 @@ SCENARIOS = {  # name: (what it is, options); dtype None calls with the default
     "given_scaler": ("called once per epoch for two epochs with one GradScaler passed as scaler=",
                      {"dtype": "float16", "given_scaler": True, "init_scale": GIVEN_INIT_SCALE,
                       "growth_interval": GIVEN_GROWTH, "epochs": GIVEN_EPOCHS}),
+    "fp16_clipped": (f"called with max_norm={CLIP_NORM}, below every batch's gradient norm", {"dtype": "float16",
+                                                                                         "max_norm": CLIP_NORM}),
 }
-ON_CUDA = ("fp16_default", "bf16", "fp16_overflow")  # also observed on a GPU when the grader has one
+ON_CUDA = ("fp16_default", "bf16", "fp16_overflow", "fp16_clipped")  # also observed on a GPU when the grader has one
 
 
 def devices() -> list[str]:
@@ -351,6 +370,25 @@ def check_given_scaler(student, reference):
     return None
 
 
+def check_clipping(student, reference):
+    for key, what_ in _keys(reference, "fp16_clipped"):
+        got, want = scenario(student, key, what_), reference["scenarios"][key]
+        max_norm, norms = case(reference, key)["max_norm"], got["step_grad_norms"]
+        if not norms:
+            return f"When {what_}, the optimizer never stepped: step it through the scaler, scaler.step(optimizer)."
+        if max(norms) > 1.01 * max_norm:
+            return (f"When {what_}, the optimizer stepped with a gradient norm of {max(norms):.2g}, above max_norm: "
+                    "clip it with torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) before the step.")
+        if min(norms) < 0.5 * max_norm:
+            return (f"When {what_}, the optimizer stepped with a gradient norm of {min(norms):.2g}, far below "
+                    "max_norm: you clipped the gradients while they were still multiplied by the loss scale; call "
+                    "scaler.unscale_(optimizer) first, then clip, then scaler.step(optimizer).")
+        if not close(got["params"], want["params"], atol=ATOL):
+            return (f"When {what_}, the parameters after one epoch differ from the reference solution's: per batch, "
+                    "scale and backward, unscale, clip the gradient norm, step through the scaler, update.")
+    return None
+
+
 def check_zero_grad(student, reference):
     for key, what_ in _keys(reference, "bf16", "fp16_default"):
         stale, n = scenario(student, key, what_)["stale_grads_at_backward"], case(reference, key)["n_batches"]
@@ -383,5 +421,7 @@ EXERCISE = Exercise(
         Check("Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch", 1,
               check_given_scaler, evidence=("given_scaler",)),
         Check("Clears the gradients every batch", 1, check_zero_grad, evidence=("bf16", "fp16_default")),
+        Check("Unscales, then clips the gradient norm to max_norm, then steps", 2, check_clipping,
+              evidence=("fp16_clipped",)),
     ],
 )
