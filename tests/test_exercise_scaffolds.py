@@ -87,7 +87,8 @@ def test_three_collapsed_hints_follow_the_exercise_cell(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_the_exercise_text_gives_no_solution_expression(name):
     cells, i = SOLUTIONS[name]
-    start = max(j for j in range(i) if cells[j]["cell_type"] == "markdown" and re.search(r"^#+ ", "".join(cells[j]["source"]), re.M))
+    start = max(j for j in range(i)
+                if cells[j]["cell_type"] == "markdown" and re.search(r"^#+ ", "".join(cells[j]["source"]), re.M))
     text = "".join("".join(c["source"]) for c in cells[start:i] if c["cell_type"] == "markdown")
     text = re.sub(r"<details>.*?</details>", "", text, flags=re.S)
     spans = {normalised(s) for s in re.findall(r"`([^`]+)`", text)}
