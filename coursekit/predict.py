@@ -45,13 +45,24 @@ def _show(value, unit: str) -> str:
     return f"{value!r}"
 
 
-def compare(prediction, measured, *, unit: str = "", tolerance: float = 0.25, why: str = "") -> bool | None:
+ROUND_OFF = 1e-6  # magnitude comparisons: anything this small counts as "zero, to float32 round-off"
+
+
+def _decade(value: float) -> float | None:
+    """log10 of |value|, or None for a value at round-off level (zero included)."""
+    return None if abs(value) <= ROUND_OFF else math.log10(abs(value))
+
+
+def compare(prediction, measured, *, unit: str = "", tolerance: float = 0.25, why: str = "",
+            magnitude: bool = False) -> bool | None:
     """Print how ``prediction`` compares with ``measured``; return True (close), False (not) or None (blank).
 
     Numbers count as close within ``tolerance`` relative to the measurement (0.25: ±25 %); a measurement of
-    zero needs a prediction within ``tolerance`` of zero. True/False and words compare as answers ("yes",
-    "same" and True agree). ``why`` is one sentence on what sets the result, printed either way: the point
-    of predicting is to find out which part of your picture was right.
+    zero needs a prediction within ``tolerance`` of zero; ``tolerance=0`` asks for the exact value. With
+    ``magnitude=True`` (round-off gaps, quantities that span decades) they count as close within a factor of
+    ten, and any two values at most ``ROUND_OFF`` (zero included) agree. True/False and words compare as
+    answers ("yes", "same" and True agree). ``why`` is one sentence on what sets the result, printed either
+    way: the point of predicting is to find out which part of your picture was right.
     """
     shown = _show(measured, unit)
     if prediction is None:
@@ -62,6 +73,13 @@ def compare(prediction, measured, *, unit: str = "", tolerance: float = 0.25, wh
         if guess is None:
             print(f"Could not read {prediction!r} as a number: measured {shown}.")
             verdict = None
+        elif magnitude:
+            mine, real = _decade(guess), _decade(measured)
+            verdict = mine is None and real is None or (mine is not None and real is not None and abs(mine - real) <= 1)
+            how = (f"both at round-off level, at most {ROUND_OFF:.0e}" if real is None and verdict
+                   else "within a factor of ten")
+            print(f"{'✓ Close' if verdict else '✗ Not this time'}: you predicted {_show(guess, unit)}, measured "
+                  f"{shown}" + (f" ({how})." if verdict else " (compared by order of magnitude)."))
         else:
             verdict = abs(guess - measured) <= tolerance * (abs(measured) if measured else 1.0)
             if verdict:

@@ -108,6 +108,42 @@ def _clip(intervals, lo, hi):
     return [(max(s, lo), min(e, hi)) for s, e in intervals if s < hi and e > lo]
 
 
+# ---- the backward pass and the collectives it overlaps (Lesson 3) --------------------------------------
+
+def is_backward_node(name: str) -> bool:
+    """An autograd node computing gradients; not AccumulateGrad, inside which DDP waits for its all-reduces."""
+    return name.startswith("autograd::engine::evaluate_function") and "AccumulateGrad" not in name
+
+
+def backward_overlap(events, region: str = "backward") -> dict:
+    """The backward pass inside ``record_function(region)`` and the collectives, as intervals in ms from its start.
+
+    On a CPU (gloo): the training thread's autograd nodes are the compute, gloo's threads the communication. On a
+    GPU, the CPU only *launches* kernels and runs ahead of the device, so CPU-side times say nothing about overlap:
+    the compute is the device's own kernels inside the region's device-side span (the annotation the profiler
+    draws on the GPU timeline), the communication NCCL's kernels, as in ``step_intervals``.
+    Returns {"compute": [...], "comm": [...], "backward ms": when the last gradient was computed}.
+    """
+    events = list(events)
+    on_device = device_work(events)
+    if on_device:
+        spans = [(e.time_range.start, e.time_range.end) for e in events if e.name == region
+                 and e.device_type == DeviceType.CUDA]
+        lo, hi = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (float("-inf"), float("inf"))
+        compute = [(e.time_range.start, e.time_range.end) for e in on_device
+                   if not is_collective_work(e.name) and lo <= e.time_range.start < hi]
+        comm = [(e.time_range.start, e.time_range.end) for e in on_device if is_collective_work(e.name)]
+    else:
+        compute = [(e.time_range.start, e.time_range.end) for e in events if is_backward_node(e.name)]
+        comm = [(e.time_range.start, e.time_range.end) for e in events if is_collective_work(e.name)]
+    if not compute:
+        raise ValueError(f"no backward computation found: wrap loss.backward() in record_function({region!r})")
+    t0, end = min(a for a, _ in compute), max(b for _, b in compute)
+    return {"compute": [((a - t0) / 1e3, (b - t0) / 1e3) for a, b in union(compute)],
+            "comm": [((a - t0) / 1e3, (b - t0) / 1e3) for a, b in union(comm) if b > t0],
+            "backward ms": (end - t0) / 1e3}
+
+
 # ---- the breakdown -----------------------------------------------------------------------------------
 
 def step_intervals(prof, step_name: str = "train_step") -> list[dict]:

@@ -2,13 +2,15 @@
 
 Each row comes from what the course already holds: the lesson's released notebook (``solutions/`` and its nbgrader
 assignment), its graded exercises and their points (the registered exercises' checks), what it measures (the
-notebook's ``metadata.course.measures``) and its recorded run time (``coursekit/results/lesson_times.json``).
+notebook's ``metadata.course.measures``), its study time (``coursekit.study_time``, one formula over the
+material) and its recorded run time (``coursekit/results/lesson_times.json``).
 ``python -m autograder generate`` writes the table between two markers in README.md; ``--check`` fails when the
 committed README says something else.
 """
 from pathlib import Path
 
 from coursekit.run_times import format_seconds, load_run_times
+from coursekit.study_time import study_minutes
 
 from ..exercises import get_exercise
 from .course import Course, course_root, load_course
@@ -30,7 +32,8 @@ def lessons_table(course: Course) -> str:
     times = (load_run_times() or {}).get("seconds", {})
     pages = sorted((p for p in root.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts),
                    key=lambda p: (int(lesson_number(str(p.relative_to(root)))), p.name))
-    lines = ["| # | Notebook | You implement (graded) | You measure | Run time (recorded) |", "|---|---|---|---|---|"]
+    lines = ["| # | Notebook | You implement (graded) | You measure | Study time | Run time (recorded) |",
+             "|---|---|---|---|---|---|"]
     for page in pages:
         relative = page.relative_to(root).as_posix()
         spec = course.notebooks.get(page.name)
@@ -38,7 +41,8 @@ def lessons_table(course: Course) -> str:
         measures = json.loads(page.read_text())["metadata"].get("course", {}).get("measures", "")
         run = format_seconds(times[relative]) if relative in times else "not recorded"
         shown = f"notebooks/{relative}" if lesson_number(relative) == "0" else relative
-        lines.append(f"| {lesson_number(relative)} | `{shown}` | {graded or '—'} | {measures} | {run} |")
+        study = f"about {study_minutes(page)} min" if page.parent != root else "—"
+        lines.append(f"| {lesson_number(relative)} | `{shown}` | {graded or '—'} | {measures} | {study} | {run} |")
     return "\n".join(lines)
 
 

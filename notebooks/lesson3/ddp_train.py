@@ -55,7 +55,7 @@ def train(rank: int, world_size: int, steps: int = 30, batch_per_rank: int = 32,
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     criterion = nn.CrossEntropyLoss()
 
-    step, epoch, loss = 0, 0, torch.zeros(())
+    step, epoch, loss = 0, 0, torch.zeros((), device=device)
     start = time.perf_counter()
     while step < steps:
         sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank

@@ -12,7 +12,8 @@ The same ``train`` runs in two ways:
 
 What makes resuming exact: the data a step uses is a pure function of the step number (no data-loader state
 to save), and the checkpoint holds everything else the next step reads — weights, optimizer moments, learning
-rate schedule, loss scale, and every rank's random-number generator (dropout).
+rate schedule, loss scale, and every rank's random-number generators (dropout: the CPU's, and on a GPU
+the GPU's).
 """
 import argparse
 import contextlib
@@ -134,12 +135,27 @@ def train_step(step, recipe, model, optimizer, schedule, scaler, X, y, device) -
     return train_window(mine, recipe.accumulation, recipe, model, optimizer, schedule, scaler, X, y, device)
 
 
+def rng_state(device: torch.device) -> dict:
+    """This rank's random generators: the CPU's, and its GPU's when it trains on one (dropout on a GPU draws there)."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    """Restore what ``rng_state`` saved."""
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
 def save_checkpoint(path: Path, step: int, model, optimizer, schedule, scaler) -> None:
     """Every rank takes part (the state may be sharded); rank 0 writes one file, atomically."""
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # the whole model, gathered to rank 0
     model_state, optim_state = get_state_dict(model, optimizer, options=options)
     rng = [None] * dist.get_world_size()
-    dist.all_gather_object(rng, torch.get_rng_state())  # every rank's dropout stream
+    dist.all_gather_object(rng, rng_state(my_device()))  # every rank's dropout stream
     if dist.get_rank() == 0:
         state = {"step": step, "model": model_state, "optimizer": optim_state, "schedule": schedule.state_dict(),
                  "scaler": scaler.state_dict(), "rng": rng}
@@ -156,7 +172,7 @@ def load_checkpoint(path: Path, model, optimizer, schedule, scaler) -> int:
                    options=StateDictOptions(full_state_dict=True))
     schedule.load_state_dict(state["schedule"])
     scaler.load_state_dict(state["scaler"])
-    torch.set_rng_state(state["rng"][dist.get_rank()])
+    set_rng_state(state["rng"][dist.get_rank()], my_device())
     return state["step"]
 
 

@@ -9,7 +9,7 @@ from variants import EVERY_CHECK
 
 CORRECT = {
     "reference_style": '''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None, max_norm=1.0):
     device = next(model.parameters()).device
     if scaler is None:
         scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
@@ -21,12 +21,14 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scal
             outputs = model(inputs)
             loss = criterion(outputs, targets)
         scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         scaler.step(optimizer)
         scaler.update()
     return model
 ''',
     "loss_outside_autocast_on_float_outputs": '''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None, max_norm=1.0):
     device_type = next(model.parameters()).device.type
     scaler = scaler or torch.amp.GradScaler(device_type, enabled=dtype == torch.float16)
     model.train()
@@ -37,6 +39,8 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scal
             logits = model(x)
         loss = criterion(logits.float(), y)
         scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm=max_norm, foreach=True)
         scaler.step(optimizer)
         scaler.update()
     return model
@@ -45,7 +49,7 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scal
 import torch
 from torch.amp import GradScaler, autocast
 
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None, max_norm=1.0):
     device = next(iter(model.parameters())).device
     scaler = scaler if scaler is not None else GradScaler(device.type, enabled=(dtype is torch.float16))
     model.train()
@@ -55,13 +59,15 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scal
         with autocast(device_type=device.type, dtype=dtype):
             loss = criterion(model(inputs), targets)
             scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad()
     return model
 ''',
     "no_scaler_for_bf16": '''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None, max_norm=1.0):
     device = next(model.parameters()).device
     use_scaler = dtype == torch.float16 or scaler is not None
     if scaler is None and use_scaler:
@@ -74,15 +80,18 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scal
             loss = criterion(model(inputs), targets)
         if use_scaler:
             scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
             scaler.step(optimizer)
             scaler.update()
         else:
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
             optimizer.step()
     return model
 ''',
     "scaler_enabled_for_bf16_too": '''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None, max_norm=1.0):
     device = next(model.parameters()).device
     if scaler is None:
         scaler = torch.GradScaler(device.type)  # a power-of-two scale is exact in bf16, so it is harmless
@@ -92,12 +101,14 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scal
         with torch.autocast(device.type, dtype=dtype):
             loss = criterion(model(inputs.to(device)), targets.to(device))
         scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         scaler.step(optimizer)
         scaler.update()
     return model
 ''',
     "zero_grad_between_forward_and_backward": '''
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scaler=None, max_norm=1.0):
     device = next(model.parameters()).device
     if scaler is None:
         scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
@@ -107,6 +118,8 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scal
             loss = criterion(model(inputs.to(device)), targets.to(device))
         optimizer.zero_grad()
         scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         scaler.step(optimizer)
         scaler.update()
     return model
@@ -114,7 +127,7 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scal
     "prints_and_warns": '''
 import warnings
 
-def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, *, scaler=None):
+def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, *, scaler=None, max_norm=1.0):
     device = next(model.parameters()).device
     if scaler is None:
         scaler = torch.amp.GradScaler(device.type, enabled=(dtype == torch.float16))
@@ -125,6 +138,8 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, *, s
         with torch.autocast(device.type, dtype=dtype):
             loss = criterion(model(inputs), targets)
         scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         scaler.step(optimizer)
         scaler.update()
         print(f"batch {i}: loss {loss.item():.3f}, scale {scaler.get_scale():g}")
@@ -135,12 +150,15 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, *, s
 def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, **options):
     device = next(model.parameters()).device
     scaler = options.get("scaler") or torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    max_norm = options.get("max_norm", 1.0)
 
     def one_batch(inputs, targets):
         optimizer.zero_grad()
         with torch.autocast(device.type, dtype=dtype):
             loss = criterion(model(inputs.to(device)), targets.to(device))
         scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         scaler.step(optimizer)
         scaler.update()
 
@@ -152,7 +170,7 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, **op
 }
 
 _BODY = '''
-def train_amp(model, dataloader, optimizer, criterion, dtype={default}, scaler=None):
+def train_amp(model, dataloader, optimizer, criterion, dtype={default}, scaler=None, max_norm=1.0):
     device = next(model.parameters()).device
     if scaler is None:
         scaler = torch.amp.GradScaler({scaler_args})
@@ -164,20 +182,31 @@ def train_amp(model, dataloader, optimizer, criterion, dtype={default}, scaler=N
             outputs = model(inputs)
             loss = criterion(outputs, targets)
         {backward}
+        {clip}
         {step}
         scaler.update()
     return {ret}
 '''
 
 
+_CLIP = "scaler.unscale_(optimizer); torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)"
+
+
 def _variant(default="torch.float16", scaler_args="device.type, enabled=(dtype == torch.float16)",
              train="model.train()", zero="optimizer.zero_grad()", autocast_args="device.type, dtype=dtype",
-             backward="scaler.scale(loss).backward()", step="scaler.step(optimizer)", ret="model"):
+             backward="scaler.scale(loss).backward()", clip=_CLIP, step="scaler.step(optimizer)", ret="model"):
     return _BODY.format(default=default, scaler_args=scaler_args, train=train, zero=zero,
-                        autocast_args=autocast_args, backward=backward, step=step, ret=ret)
+                        autocast_args=autocast_args, backward=backward, clip=clip, step=step, ret=ret)
 
 
 WRONG = {
+    # Section 4's trap: clipping the gradients while they are still S times too large, then stepping
+    "clips_before_unscaling": (_variant(clip="torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)"),
+                               ["clips the gradient norm"]),
+    "never_clips": (_variant(clip="pass"), ["clips the gradient norm"]),
+    "clips_before_unscaling_then_unscales": (_variant(
+        clip="torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); scaler.unscale_(optimizer)"),
+        ["clips the gradient norm"]),
     # The seed's solution, as printed: the torch.cuda.amp spelling does nothing on a CPU (with warnings).
     "seed_torch_cuda_amp": ('''
 import torch
@@ -242,8 +271,8 @@ def train_amp(model, dataloader, optimizer, criterion, dtype=torch.float16, scal
     return model
 ''', ["overflow", "one GradScaler"]),
     "loss_not_scaled": (_variant(backward="loss.backward()"), ["float16 with a GradScaler", "overflow"]),
-    "optimizer_step_instead_of_scaler_step": (_variant(step="optimizer.step()"),
-                                              ["float16 with a GradScaler", "overflow", "one GradScaler"]),
+    # after scaler.unscale_ a plain optimizer.step() steps with the right gradients; only an overflow shows it
+    "optimizer_step_instead_of_scaler_step": (_variant(step="optimizer.step()"), ["overflow"]),
     "steps_twice": (_variant(step="scaler.step(optimizer); optimizer.step()"),
                     ["float16 with a GradScaler", "bfloat16", "overflow"]),
     "new_scaler_every_batch": ('''

@@ -9,6 +9,9 @@ holds the previous batch's gradient when each backward pass starts, the final pa
 every ``GradScaler.update`` call with the scale after it. One scenario passes a GradScaler of the
 grader's own (``scaler=``) and calls the function twice, as a training loop calls it once per epoch:
 that scaler must be the one updated, and its scale must carry over from the first call to the second.
+Another passes a ``max_norm`` below every batch's gradient norm, so that every step clips: the gradient norm
+each real optimizer step sees (a pre-hook) must be ``max_norm`` — not the larger true norm (no clipping), and not
+``max_norm / S`` (the gradients clipped while still multiplied by the loss scale S, before ``scaler.unscale_``).
 
 Watching ``GradScaler.update`` means wrapping the class's method while the scenario runs. That is
 grader code, restored afterwards; the student's scaler is created inside their function, so this is
@@ -38,5 +41,7 @@ EXERCISE = Exercise(
         Check("Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch", 1,
               checks.check_given_scaler, evidence=("given_scaler",)),
         Check("Clears the gradients every batch", 1, checks.check_zero_grad, evidence=("bf16", "fp16_default")),
+        Check("Unscales, then clips the gradient norm to max_norm, then steps", 2, checks.check_clipping,
+              evidence=("fp16_clipped",)),
     ],
 )

@@ -8,6 +8,7 @@ OUTLIER = 100.0
 # 2e-5 leaves room for a different summation order on a GPU while staying well below the gap between an
 # fp16 and an fp32 epoch of the default scenario (1.2e-4), let alone a wrong update (1e-2 and more).
 ATOL = 2e-5
+CLIP_NORM = 0.01  # below the gradient norm of every batch of every seed's problem: every step clips (measured)
 
 
 # The given scaler starts too high for this model's fp16 gradients (so its first steps overflow and are
@@ -25,8 +26,10 @@ SCENARIOS = {  # name: (what it is, options); dtype None calls with the default
     "given_scaler": ("called once per epoch for two epochs with one GradScaler passed as scaler=",
                      {"dtype": "float16", "given_scaler": True, "init_scale": GIVEN_INIT_SCALE,
                       "growth_interval": GIVEN_GROWTH, "epochs": GIVEN_EPOCHS}),
+    "fp16_clipped": (f"called with max_norm={CLIP_NORM}, below every batch's gradient norm", {"dtype": "float16",
+                                                                                         "max_norm": CLIP_NORM}),
 }
-ON_CUDA = ("fp16_default", "bf16", "fp16_overflow")  # also observed on a GPU when the grader has one
+ON_CUDA = ("fp16_default", "bf16", "fp16_overflow", "fp16_clipped")  # also observed on a GPU when the grader has one
 
 
 def cases(salt: int, devices: tuple[str, ...] = ("cpu",), bf16_on_cuda: bool = True) -> dict[str, dict]:

@@ -148,3 +148,22 @@ def check_zero_grad(student, reference):
             return (f"When {what_}, the previous batch's gradients were still in .grad when backward() started "
                     f"on batch {stale.index(True) + 1}: call optimizer.zero_grad() every batch.")
     return None
+
+
+def check_clipping(student, reference):
+    for key, what_ in _keys(reference, "fp16_clipped"):
+        got, want = scenario(student, key, what_), reference["scenarios"][key]
+        max_norm, norms = case(reference, key)["max_norm"], got["step_grad_norms"]
+        if not norms:
+            return f"When {what_}, the optimizer never stepped: step it through the scaler, scaler.step(optimizer)."
+        if max(norms) > 1.01 * max_norm:
+            return (f"When {what_}, the optimizer stepped with a gradient norm of {max(norms):.2g}, above max_norm: "
+                    "clip it with torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) before the step.")
+        if min(norms) < 0.5 * max_norm:
+            return (f"When {what_}, the optimizer stepped with a gradient norm of {min(norms):.2g}, far below "
+                    "max_norm: you clipped the gradients while they were still multiplied by the loss scale; call "
+                    "scaler.unscale_(optimizer) first, then clip, then scaler.step(optimizer).")
+        if not close(got["params"], want["params"], atol=ATOL):
+            return (f"When {what_}, the parameters after one epoch differ from the reference solution's: per batch, "
+                    "scale and backward, unscale, clip the gradient norm, step through the scaler, update.")
+    return None

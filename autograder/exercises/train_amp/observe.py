@@ -75,8 +75,13 @@ class WatchedCriterion:
 def run_problem(fn, case: dict) -> dict:
     model, loader, optimizer = make_problem(seed=case["seed"], device=case["device"], n_batches=case["n_batches"],
                                             dropout=case["dropout"], outlier_batch=case["outlier_batch"])
-    steps = []  # a pre-hook sees only real steps: GradScaler.step skips optimizer.step on inf/NaN
-    optimizer.register_step_pre_hook(lambda opt, args, kwargs: steps.append(1))
+    steps, norms = [], []  # a pre-hook sees only real steps: GradScaler.step skips optimizer.step on inf/NaN
+
+    def before_step(opt, args, kwargs):  # returns None: a value would replace the step's arguments
+        steps.append(1)
+        norms.append(grad_norm(model))
+
+    optimizer.register_step_pre_hook(before_step)
     initial, after_first_step = params_data(model), []
     optimizer.register_step_post_hook(lambda opt, args, kwargs: after_first_step or after_first_step.append(
         params_data(model)))
@@ -92,8 +97,9 @@ def run_problem(fn, case: dict) -> dict:
     torch.manual_seed(case["seed"] + 1000)  # dropout masks: the same stream for every implementation
     dtype = case["dtype"] and getattr(torch, case["dtype"])
     args = (model, loader, optimizer, criterion) + (() if dtype is None else (dtype,))
+    clip = {} if case.get("max_norm") is None else {"max_norm": case["max_norm"]}
     with WatchedScalers() as scalers:
-        returned = fn(*args)
+        returned = fn(*args, **clip)
     return {
         "returned_model": returned is model,
         "returned_type": type(returned).__name__,
@@ -102,11 +108,18 @@ def run_problem(fn, case: dict) -> dict:
         "activation_dtypes": sorted(activation_dtypes),
         "param_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
         "steps": len(steps),
+        "step_grad_norms": [float(f"{n:.6g}") for n in norms],  # the gradient norm each real step used
         "stale_grads_at_backward": criterion.stale,
         "params": params_data(model),
         "first_update": [a - b for a, b in zip(after_first_step[0], initial)] if after_first_step else [],
         "updates": scalers.calls,  # scalers numbered in order of first use
     }
+
+
+def grad_norm(model) -> float:
+    """The norm of all gradients together, as clip_grad_norm_ computes it."""
+    grads = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
+    return float(torch.stack(grads).norm()) if grads else 0.0
 
 
 def run_with_given_scaler(fn, case: dict) -> dict:
