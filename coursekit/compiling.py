@@ -13,7 +13,6 @@ def graph_breaks(fn, *args) -> dict:
     """{"graphs": n, "breaks": n, "reasons": [one line each]} for ``fn(*args)``; what ``fn`` prints is swallowed."""
     import torch._dynamo
 
-    torch._dynamo.reset()  # explain traces from scratch: an earlier compile of fn must not hide its breaks
     logging.disable(logging.WARNING)  # Dynamo logs each break as a warning (stderr); the result lists them
     try:
         with contextlib.redirect_stdout(io.StringIO()):
