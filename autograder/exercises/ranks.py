@@ -305,6 +305,13 @@ def _stop(ranks: list[_Rank], meter: Meter) -> None:
     meter.finish()
 
 
+def run_alone(target, fn, case: dict, *, timeout: float = LAUNCH_TIMEOUT_S) -> dict:
+    """One scenario in one process of its own (no process group), measured from outside like a rank:
+    ``{**what target returned, "meter": {...}}`` or ``{"error": ...}``."""
+    found = run_on_ranks(target, 1, fn, case, timeout=timeout, group=False)
+    return found if "error" in found else {**found["ranks"][0], "meter": found["meter"]}
+
+
 def observe_on_ranks(salt: int, cases: dict[str, dict], target, fn, *, timeout: float = LAUNCH_TIMEOUT_S) -> dict:
     """Every scenario observed on its own ranks (``case["world_size"]`` of them)."""
     return observation(salt, cases, lambda case: run_on_ranks(target, case["world_size"], fn, case, timeout=timeout))
