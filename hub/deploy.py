@@ -174,12 +174,20 @@ def _write_jupyter_config(settings: HubSettings) -> None:
     os.chmod(instructor, 0o750)
 
 
+# What of the grader the hub's own process imports (hub/limits.py): the package chain down to its cgroup manager.
+GRADER_MODULES = ("autograder/__init__.py", "autograder/grader/__init__.py", "autograder/grader/sandbox/__init__.py",
+                  "autograder/grader/sandbox/cgroups.py")
+
+
 def _install_hub_files(settings: HubSettings) -> None:
     lib = settings.state / "lib"
     shutil.rmtree(lib, ignore_errors=True)
     (lib / "hub").mkdir(parents=True)
     for module in HUB_PACKAGE.glob("*.py"):
         shutil.copyfile(module, lib / "hub" / module.name)
+    for module in GRADER_MODULES:  # the one cgroup manager, shared with the class grader
+        (lib / module).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / module, lib / module)
     shutil.copyfile(HUB_PACKAGE / "jupyterhub_config.py", lib / "jupyterhub_config.py")
     settings.save()
 

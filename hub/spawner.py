@@ -16,7 +16,7 @@ import pwd
 
 from jupyterhub.spawner import LocalProcessSpawner
 
-from hub.limits import UserCgroups, join
+from hub.limits import UserCgroups
 from hub.settings import HubSettings
 
 
@@ -55,7 +55,7 @@ class CourseSpawner(LocalProcessSpawner):
             "COURSE_ROLE": role,
         }
         self.umask = 0o007 if role == "instructor" else 0o077
-        self.procs_files = self._prepare_limits()
+        self.group = self._prepare_limits()
         return await super().start()
 
     def _prepare_limits(self):
@@ -65,14 +65,15 @@ class CourseSpawner(LocalProcessSpawner):
             if not CourseSpawner._cgroups_warned:
                 self.log.warning("per-user CPU/memory limits are NOT enforced: cannot create cgroups (%s)", exc)
                 CourseSpawner._cgroups_warned = True
-            return []
+            return None
 
     def make_preexec_fn(self, name):
         drop_privileges = super().make_preexec_fn(name)
-        procs_files, umask = self.procs_files, self.umask
+        group, umask = self.group, self.umask
 
         def preexec():
-            join(procs_files)  # as root, before setuid: the user cannot leave the cgroup afterwards
+            if group:
+                group.join()  # as root, before setuid: the user cannot leave the cgroup afterwards
             os.umask(umask)
             drop_privileges()
 
