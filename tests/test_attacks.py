@@ -325,7 +325,7 @@ def test_the_attack_source_is_in_this_repository():
     """The attacks are real cells a student could write: each one parses."""
     import ast
 
-    for student, files in CLASS.items():
+    for files in CLASS.values():
         for nb in files.values():
             for cell in nb["cells"]:
                 if cell["cell_type"] == "code":
