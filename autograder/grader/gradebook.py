@@ -88,11 +88,18 @@ def record_in_gradebook(rows: list[Row], submissions: list[Submission], course: 
                 lms = {"first_name": name[:128], "lms_user_id": student[:128]} if name and name != student else {}
                 gradebook.update_or_create_student(who, **lms)
                 stamp, _ = collected_timestamp(coursedir, spec.assignment, who)
-                gradebook.update_or_create_submission(spec.assignment, who, **({"timestamp": stamp} if stamp else {}))
+                # nbgrader's add_submission reads the assignment's notebooks before it adds the new submission to
+                # the session; an autoflush at that read warns (SAWarning "... not in session"). Nothing is pending
+                # here, so the flush can wait for its own commit.
+                with gradebook.db.no_autoflush:
+                    gradebook.update_or_create_submission(spec.assignment, who, **({"timestamp": stamp} if stamp else {}))
                 notebook_id = notebook[: -len(".ipynb")]
                 for row in grouped[(student, notebook)]:
                     grade = gradebook.find_grade(f"test_{row.exercise}", notebook_id, spec.assignment, who)
                     grade.auto_score = row.score
+                    # as nbgrader autograde's SaveAutoGrades: an autograded cell needs no manual grade, unless a
+                    # grader already gave one (then formgrader asks them to review it against the new score)
+                    grade.needs_manual_grade = grade.manual_score is not None
                 gradebook.db.commit()
                 _write_autograded(coursedir, by_student[student], who, course, notebook, grouped[(student, notebook)])
                 recorded += len(grouped[(student, notebook)])
