@@ -16,8 +16,9 @@ $(VENV)/.installed: pyproject.toml
 env: $(VENV)/.installed
 
 ## lab: open JupyterLab on the course (nbgrader's Validate, assignment list and formgrader enabled)
+## (the venv's bin goes first on PATH: formgrader runs `alembic` from PATH when it opens the gradebook)
 lab: env
-	cd classroom && ../$(VENV)/bin/jupyter lab --port=$(PORT) \
+	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/jupyter lab --port=$(PORT) \
 	    --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/00-start-here.ipynb \
 	    $(if $(filter 0,$(shell id -u)),--allow-root)
 
