@@ -1,4 +1,5 @@
-"""`--gradebook` as formgrader reads it (issue 27): autograded cells need no manual grade, and recording warns nothing.
+"""`--gradebook` as formgrader reads it (issue 27): autograded cells need no manual grade, recording warns nothing,
+and it works from a shell that never activated the venv (`.venv/bin/python -m autograder grade --gradebook`).
 
 The grading itself is not run here: rows as the grader returns them are recorded into a fresh gradebook in a
 temporary course root (NBGRADER_COURSE_ROOT), the way `python -m autograder grade --gradebook` records them.
@@ -21,6 +22,7 @@ def recorded(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("gradebook")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("NBGRADER_COURSE_ROOT", str(tmp_path / "instructor"))
+        env.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")  # a fresh shell: nbgrader's `alembic` is not on PATH
         yield _record(tmp_path)
 
 
@@ -52,6 +54,13 @@ def test_autograded_submissions_need_no_manual_grade(recorded):
         assert not rows["alice"]["needs_manual_grade"] and not rows["bob"]["needs_manual_grade"], rows
         for nb in gb.notebook_submission_dicts(NB[: -len(".ipynb")], ASSIGNMENT):
             assert not nb["needs_manual_grade"], nb
+
+
+def test_a_new_gradebook_is_made_from_a_shell_without_the_venv(recorded):
+    """The fixture records with a bare PATH: nbgrader found its `alembic` anyway and made the gradebook."""
+    root = recorded[0] / "instructor"
+    with _gradebook(root) as gb:
+        assert {s.id for s in gb.students} == {"alice", "bob"}
 
 
 def test_recording_warns_nothing(recorded):

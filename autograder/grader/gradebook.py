@@ -11,7 +11,10 @@ formgrader and ``generate_feedback`` render these notebooks as HTML in the instr
 A student id that is not a safe file name becomes ``<prefix>-<hash>`` in the gradebook (as in feedback/).
 """
 import json
+import os
 import re
+import shutil
+import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -27,9 +30,18 @@ from .submissions import Submission, match_notebooks
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
 
 
+def _alembic_on_path() -> None:
+    """nbgrader creates a gradebook by running ``alembic`` from PATH. A shell that never activated the venv
+    (``.venv/bin/python -m autograder grade --gradebook``) has none there; the venv's own is beside this interpreter."""
+    beside = Path(sys.executable).parent
+    if shutil.which("alembic") is None and (beside / "alembic").is_file():
+        os.environ["PATH"] = f"{beside}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def _course_directory():
     from nbgrader.coursedir import CourseDirectory
 
+    _alembic_on_path()
     config = nbgrader_config()
     return CourseDirectory(config=config), config
 
