@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..authoring.course import Course, nbgrader_config
 from ..exercises.protocol import CheckResult
-from ..exercises.verdict import format_report
+from ..exercises.verdict import format_report, score_result
 from .escape import file_stem, strip_controls
 from .grading import Row
 from .notebook import Cell, Notebook, NotebookProblem, parse_notebook
@@ -67,12 +67,15 @@ def _ensure_assignment(gradebook, assignment: str, config) -> None:
 
 
 def _report_cell(cell: dict, row: Row) -> None:
-    """Fill a test cell's outputs as nbgrader would have: the report on stdout, the score as the result."""
+    """Fill a test cell's outputs as the self-check does: the report on stdout, then, short of full marks, the
+    score as the cell's result."""
     checks = [CheckResult(**c) for c in row.checks]
     report = format_report(row.exercise, checks) if checks else f"{row.exercise}: not graded. {row.feedback}"
-    cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": strip_controls(report) + "\n"},
-                       {"output_type": "execute_result", "execution_count": None, "metadata": {},
-                        "data": {"text/plain": f"{row.score:g}"}}]
+    cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": strip_controls(report) + "\n"}]
+    result = score_result(row.score, row.max_score)
+    if result is not None:
+        cell["outputs"].append({"output_type": "execute_result", "execution_count": None, "metadata": {},
+                                "data": result})
 
 
 def gradebook_id(student: str) -> str:
