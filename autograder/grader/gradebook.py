@@ -68,14 +68,14 @@ def _ensure_assignment(gradebook, assignment: str, config) -> None:
 
 def _report_cell(cell: dict, row: Row) -> None:
     """Fill a test cell's outputs as the self-check does: the report on stdout, then, short of full marks, the
-    score as the cell's result."""
+    score as the cell's result (plain text only: formgrader renders these notebooks in the instructor's origin)."""
     checks = [CheckResult(**c) for c in row.checks]
     report = format_report(row.exercise, checks) if checks else f"{row.exercise}: not graded. {row.feedback}"
     cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": strip_controls(report) + "\n"}]
     result = score_result(row.score, row.max_score)
     if result is not None:
         cell["outputs"].append({"output_type": "execute_result", "execution_count": None, "metadata": {},
-                                "data": result})
+                                "data": {"text/plain": result["text/plain"]}})
 
 
 def gradebook_id(student: str) -> str:
