@@ -63,6 +63,20 @@ def test_a_new_gradebook_is_made_from_a_shell_without_the_venv(recorded):
         assert {s.id for s in gb.students} == {"alice", "bob"}
 
 
+def test_autograded_test_cells_show_a_result_only_short_of_full_marks(recorded):
+    """As the self-check: no Out[] at 11 / 11; a plain-text score (nothing formgrader would render as HTML) below."""
+    import json
+
+    root = recorded[0] / "instructor" / "autograded"
+    outputs = {}
+    for student in ("alice", "bob"):
+        nb = json.loads((root / student / ASSIGNMENT / NB).read_text())
+        (cell,) = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == f"test_{EX}"]
+        outputs[student] = cell["outputs"]
+    assert [o["output_type"] for o in outputs["alice"]] == ["stream"], outputs["alice"]
+    assert outputs["bob"][1]["output_type"] == "execute_result" and outputs["bob"][1]["data"] == {"text/plain": "0.0"}
+
+
 def test_recording_warns_nothing(recorded):
     """No SQLAlchemy SAWarning ("Object of type <SubmittedAssignment> not in session ...") or any other warning."""
     _, caught = recorded
