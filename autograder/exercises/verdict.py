@@ -28,3 +28,13 @@ def feedback_sentence(results: list[CheckResult]) -> str:
     if len(failed) > 1 and len({r.feedback for r in failed}) == 1:  # one cause, e.g. the function is not written yet
         return failed[0].feedback
     return " | ".join(f"{r.title}: {r.feedback}" for r in failed)
+
+
+def score_result(score: float, max_score: float) -> dict | None:
+    """A test cell's result (``Out[]``) as nbgrader needs it: None at full marks (nbgrader gives a test cell that
+    neither failed nor returned a value all its points), else the score as text/plain, which nbgrader reads as the
+    partial credit, and, for the reader, what that number is."""
+    if score >= max_score:
+        return None
+    return {"text/plain": repr(float(score)),
+            "text/html": f"<b>Score: {score:g} / {max_score:g}</b> (nbgrader reads this cell's score from this result)"}
