@@ -74,6 +74,23 @@ ANSWERS = {
     "my_resume_gap": r"bit[- ]for[- ]bit|exactly 0\b|= ?0\.0e\+00",
     "my_recipe_fits": MEASURED,
     "my_accelerate_gap": r"agree to round-off|exactly the same weights",
+    # Lesson 7: the byte counts follow from the table and the sizes printed above the question
+    "my_fp32_naive_bytes": r"1,?572,?864|1,?593,?344|1\.5\d MB",
+    "my_bf16_dropout_bytes": r"1,?212,?416|1,?230,?848|1\.2\d MB",
+    "my_fp32_sdpa_bytes": r"1,?052,?672|1,?056,?768|1\.05 MB",
+    "my_naive_peak_mib_2048": r"\b256 MiB|\b264 MiB|two 128 MiB",
+    "my_flash_memory_fraction": r"\b1 ?/ ?[34]\b|\b0\.(25|33?)\b|\b(25|33) ?%",
+    "my_full_fraction": r"\b5 ?/ ?16\b|\b20 ?/ ?64\b|\b0\.3[1-7]\b",
+    "my_unscaled_error": r"relative error (of |is )?(1(\.0+)?|100 ?%)(?![\d.])|(rounds?|flush(es)?) to zero",
+    "my_graph_breaks": r"\b(2|two) graph breaks|\b(3|three) graphs",
+    # Lesson 8
+    "my_tp_all_reduces": r"\b(4|four) all-reduces|one all-reduce after attention, one after the\s+MLP",
+    "my_sp_all_gathers": r"\b(4|four) all-gathers",
+    "my_large_model_fsdp_fits": r"(does not|doesn't|won't|will not|cannot) fit with FSDP alone"
+                                r"|FSDP alone (does not|doesn't|won't|cannot) (fit|suffice)",
+    "my_sp_fraction": r"\b0\.9\b|\b9 ?/ ?10\b|\b90 ?%",
+    "my_ring_over_ulysses": r"\bN ?/ ?2\b|ratio (is |of )?2\b|\btwice\b|\b2 ?×|\b2 times",
+    "my_dropped_fraction": MEASURED,  # how unbalanced a fresh router is (the question states T and E)
 }
 
 
