@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..authoring.course import Course, nbgrader_config
+from ..exercises.diagnosis import Diagnosis
 from ..exercises.protocol import CheckResult
 from ..exercises.verdict import format_report
 from .escape import file_stem, strip_controls
@@ -57,7 +58,8 @@ def _ensure_assignment(gradebook, assignment: str, config) -> None:
 def _report_cell(cell: dict, row: Row) -> None:
     """Fill a test cell's outputs as nbgrader would have: the report on stdout, the score as the result."""
     checks = [CheckResult(**c) for c in row.checks]
-    report = format_report(row.exercise, checks) if checks else f"{row.exercise}: not graded. {row.feedback}"
+    report = format_report(row.exercise, checks, Diagnosis.from_dict(row.diagnosis)) if checks \
+        else f"{row.exercise}: not graded. {row.feedback}"
     cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": strip_controls(report) + "\n"},
                        {"output_type": "execute_result", "execution_count": None, "metadata": {},
                         "data": {"text/plain": f"{row.score:g}"}}]

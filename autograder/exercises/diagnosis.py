@@ -1,0 +1,154 @@
+"""Diagnosis, cause first: which known mistake a submission's observation shows, and which failed checks follow.
+
+One mistake fails many checks, and each check's advice assumes it is the only failure (a forgotten
+``/ accumulation_steps`` fails six checks, four of whose hints ask to change code that is right). So before the
+checks speak, the observation is compared with the catalogue of the exercise's known mistakes:
+``autograder/exercises/<package>/mistakes.py`` holds ``MISTAKES = [Mistake(...), ...]`` (plain Python, no torch;
+adding a catalogue is adding that one file). Each mistake says what the student did, why it is wrong and the fix,
+and carries a *fingerprint*: a test of the parsed student observation against the reference's that returns what it
+saw, in words ("with accumulation_steps=2 the first step's gradient is 2 × the reference's"), or None.
+
+``diagnose`` then says one of:
+
+* ``passed``: nothing failed;
+* ``not_started``: the function still raises NotImplementedError everywhere (one line, not one per check);
+* ``cause``: one or more catalogue mistakes whose fingerprints match, each with the failed checks it explains
+  (their own advice is then withheld: it assumed they were the only failure); failed checks no cause explains keep
+  their advice;
+* ``unknown``: the failures do not match a known mistake; every failed check speaks for itself.
+
+Every mistake whose fingerprint matches is reported, so two mistakes at once are never reported as one. A
+fingerprint that cannot read what it needs (the scenario failed, a value is missing) simply does not match. The
+diagnosis never changes a score.
+"""
+import importlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from .parse import parse_observation
+from .protocol import CheckResult, Exercise
+from .reading import NOT_DONE
+
+ALL = ("",)  # ``Mistake.explains``: every failed check (the empty phrase is in every title)
+EVERY = ("*",)  # ``Mistake.includes``: every other mistake
+
+
+@dataclass(frozen=True)
+class Mistake:
+    id: str                       # short, stable, snake_case: grades.csv's `cause` column and the class report
+    did: str                      # what the student did, one sentence ("You call backward() on ...")
+    why: str                      # why that is wrong, one sentence
+    fix: str                      # what to change, one sentence
+    seen: Callable[[dict, dict], str | None]  # (parsed student, reference) -> what the observation shows, or None
+    explains: tuple[str, ...] = ALL           # phrases of the titles of the checks that fail because of it
+    variants: tuple[str, ...] = ()            # named wrong variants (tests/variants) it stands for, besides its id
+    # ids of mistakes this one includes (EVERY: all), dropped when it matches: a function that does nothing also
+    # "forgets" each of the exercise's steps, but that is one mistake, not many
+    includes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Cause:
+    id: str
+    did: str
+    why: str
+    fix: str
+    seen: str
+    explains: tuple[str, ...]     # titles of the failed checks it explains
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    kind: str                               # "passed", "not_started", "cause" or "unknown"
+    causes: tuple[Cause, ...] = ()
+    unexplained: tuple[str, ...] = ()       # titles of failed checks that no cause explains
+
+    @property
+    def cause_id(self) -> str:
+        """grades.csv's `cause`: the catalogue id(s), joined by "+" when several, "not_started", or empty."""
+        if self.kind == "not_started":
+            return "not_started"
+        return "+".join(c.id for c in self.causes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "Diagnosis | None":
+        if not data:
+            return None
+        causes = tuple(Cause(**{**c, "explains": tuple(c["explains"])}) for c in data.get("causes", ()))
+        return cls(data["kind"], causes, tuple(data.get("unexplained", ())))
+
+
+def catalogue(exercise: Exercise) -> list[Mistake]:
+    """The exercise's known mistakes (``<package>.mistakes.MISTAKES``), or none when it has no catalogue."""
+    try:
+        module = importlib.import_module(f"{exercise.package}.mistakes")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{exercise.package}.mistakes":
+            raise
+        return []
+    return list(getattr(module, "MISTAKES", []))
+
+
+def not_started(results: list[CheckResult]) -> bool:
+    """Every check failed only because the function still raises NotImplementedError."""
+    return bool(results) and all(not r.passed and r.feedback == NOT_DONE for r in results)
+
+
+def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[CheckResult],
+             mistakes: list[Mistake] | None = None) -> Diagnosis:
+    """The diagnosis of one observation already graded into ``results`` (see the module docstring)."""
+    failed = [r.title for r in results if not r.passed]
+    if not failed:
+        return Diagnosis("passed")
+    if not_started(results):
+        return Diagnosis("not_started")
+    parsed = parse_observation(student, reference)
+    matched = []
+    for mistake in catalogue(exercise) if mistakes is None else mistakes:
+        seen = fingerprint(mistake, parsed, reference)
+        titles = tuple(t for t in failed if any(phrase in t for phrase in mistake.explains)) if seen else ()
+        if titles:  # a mistake that explains no failure here is not this submission's problem
+            matched.append((mistake, Cause(mistake.id, mistake.did, mistake.why, mistake.fix, seen, titles)))
+    included = {other.id for mistake, _ in matched for other, _ in matched if other is not mistake
+                and (EVERY == mistake.includes or other.id in mistake.includes)}
+    causes = [cause for mistake, cause in matched if mistake.id not in included]
+    explained = {t for cause in causes for t in cause.explains}
+    if not causes:
+        return Diagnosis("unknown", (), tuple(failed))
+    causes.sort(key=lambda c: -len(c.explains))  # the most likely first: the one that explains the most
+    return Diagnosis("cause", tuple(causes), tuple(t for t in failed if t not in explained))
+
+
+def fingerprint(mistake: Mistake, student: dict, reference: dict) -> str:
+    """What the mistake's fingerprint saw, or "" when it does not match or cannot read what it needs."""
+    try:
+        seen = mistake.seen(student, reference)
+    except Exception:  # a failed scenario, a missing or malformed value: then this is not what it shows
+        return ""
+    if not isinstance(seen, str) or not seen.strip():
+        return ""
+    seen = seen.strip()
+    return seen if seen.endswith((".", "!", ")")) else seen + "."
+
+
+# ---- helpers for fingerprints ----------------------------------------------------------------------
+
+def ran(observation: dict, key: str) -> dict:
+    """The scenario's data when it ran; KeyError otherwise (the fingerprint then does not match)."""
+    data = observation["scenarios"][key]
+    if not isinstance(data, dict) or "error" in data:
+        raise KeyError(key)
+    return data
+
+
+def error_of(observation: dict, key: str) -> str:
+    """The scenario's error, or "" when it ran."""
+    data = observation["scenarios"].get(key)
+    return str(data.get("error", "")) if isinstance(data, dict) else ""
+
+
+def ratio(got: float, want: float) -> float | None:
+    return got / want if want else None
