@@ -105,7 +105,7 @@ def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[C
         return Diagnosis("passed")
     if not_started(results):
         return Diagnosis("not_started")
-    parsed = parse_observation(student, reference)
+    parsed = {**parse_observation(student, reference), "raw": student}  # "raw": see raw_text
     matched = []
     for mistake in catalogue(exercise) if mistakes is None else mistakes:
         seen = fingerprint(mistake, parsed, reference)
@@ -148,6 +148,15 @@ def error_of(observation: dict, key: str) -> str:
     """The scenario's error, or "" when it ran."""
     data = observation["scenarios"].get(key)
     return str(data.get("error", "")) if isinstance(data, dict) else ""
+
+
+def raw_text(observation: dict, key: str, name: str) -> str | None:
+    """A short text value from the student's *unparsed* scenario (e.g. the type name of what the function returned,
+    which a scenario that did not parse loses), or None. Only for words in a diagnosis: it never reaches a score."""
+    raw = observation.get("raw")
+    data = raw.get("scenarios", {}).get(key) if isinstance(raw, dict) and isinstance(raw.get("scenarios"), dict) else None
+    value = data.get(name) if isinstance(data, dict) else None
+    return value[:40] if isinstance(value, str) else None
 
 
 def ratio(got: float, want: float) -> float | None:
