@@ -92,9 +92,29 @@ def catalogue(exercise: Exercise) -> list[Mistake]:
     return list(getattr(module, "MISTAKES", []))
 
 
-def not_started(results: list[CheckResult]) -> bool:
-    """Every check failed only because the function still raises NotImplementedError."""
-    return bool(results) and all(not r.passed and r.feedback == NOT_DONE for r in results)
+def not_started(results: list[CheckResult], student=None) -> bool:
+    """Every check failed, because the function still raises NotImplementedError: every check says so, or every
+    scenario of the student's observation shows it (a scenario's error, or a call's, a rank's)."""
+    if not results or any(r.passed for r in results):
+        return False
+    if all(r.feedback == NOT_DONE for r in results):
+        return True
+    scenarios = student.get("scenarios") if isinstance(student, dict) else None
+    return isinstance(scenarios, dict) and bool(scenarios) and all(_raises_not_implemented(s) for s in scenarios.values())
+
+
+def _raises_not_implemented(value, depth: int = 4) -> bool:
+    """The scenario (or a record inside it, a few levels deep) failed with NotImplementedError."""
+    if isinstance(value, dict):
+        error = value.get("error")
+        if value.get("not_done") is True or (isinstance(error, str) and "NotImplementedError" in error[:200]):
+            return True
+        items = list(value.values())
+    elif isinstance(value, list):
+        items = value[:64]
+    else:
+        return False
+    return depth > 0 and any(_raises_not_implemented(v, depth - 1) for v in items if isinstance(v, dict | list))
 
 
 def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[CheckResult],
@@ -103,7 +123,7 @@ def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[C
     failed = [r.title for r in results if not r.passed]
     if not failed:
         return Diagnosis("passed")
-    if not_started(results):
+    if not_started(results, student):
         return Diagnosis("not_started")
     parsed = {**parse_observation(student, reference), "raw": student}  # "raw": see raw_text
     matched = []
@@ -157,6 +177,15 @@ def raw_text(observation: dict, key: str, name: str) -> str | None:
     data = raw.get("scenarios", {}).get(key) if isinstance(raw, dict) and isinstance(raw.get("scenarios"), dict) else None
     value = data.get(name) if isinstance(data, dict) else None
     return value[:40] if isinstance(value, str) else None
+
+
+def raw_scenario(observation: dict, key: str) -> dict:
+    """The student's *unparsed* scenario (KeyError when absent): what a scenario that did not parse still holds.
+    Untrusted shapes: read it defensively (a fingerprint's exception only means "no match"). Never for a score."""
+    data = observation["raw"]["scenarios"][key]
+    if not isinstance(data, dict):
+        raise KeyError(key)
+    return data
 
 
 def ratio(got: float, want: float) -> float | None:
