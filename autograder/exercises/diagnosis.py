@@ -93,14 +93,23 @@ def catalogue(exercise: Exercise) -> list[Mistake]:
 
 
 def not_started(results: list[CheckResult], student=None) -> bool:
-    """Every check failed, because the function still raises NotImplementedError: every check says so, or every
-    scenario of the student's observation shows it (a scenario's error, or a call's, a rank's)."""
+    """Every check failed, because the function still raises NotImplementedError: every check says so, or no
+    scenario of the student's observation produced a result and they raised NotImplementedError (a scenario's error,
+    or a call's, a rank's), but for a call the scaffold's signature would have taken."""
     if not results or any(r.passed for r in results):
         return False
     if all(r.feedback == NOT_DONE for r in results):
         return True
     scenarios = student.get("scenarios") if isinstance(student, dict) else None
-    return isinstance(scenarios, dict) and bool(scenarios) and all(_raises_not_implemented(s) for s in scenarios.values())
+    if not isinstance(scenarios, dict) or not scenarios:
+        return False
+    blank = [_raises_not_implemented(s) for s in scenarios.values()]
+    return any(blank) and all(b or _raised_on_arguments(s) for b, s in zip(blank, scenarios.values()))
+
+
+def _raised_on_arguments(scenario) -> bool:
+    error = scenario.get("error") if isinstance(scenario, dict) else None
+    return isinstance(error, str) and error.startswith("TypeError") and "argument" in error[:300]
 
 
 def _raises_not_implemented(value, depth: int = 4) -> bool:
