@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from browser_helpers import CHROMIUM_ARGS, chromium_executable, playwright_or_skip
