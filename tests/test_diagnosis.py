@@ -22,7 +22,6 @@ from autograder.exercises.observing import observe
 from autograder.exercises.verdict import feedback_sentence, format_report
 
 WITH_CATALOGUE = sorted(ex for ex in variant_modules() if catalogue(get_exercise(ex)))
-RANKS = {ex for ex in WITH_CATALOGUE if get_exercise(ex).ranks}
 
 
 def observed(exercise: str, source: str, salt: int = 0):
@@ -86,6 +85,7 @@ def test_every_mistake_stands_for_a_named_variant(exercise):
 
 def _combined():
     """Two mistakes in one cell, from the suites' own templates: each must be reported."""
+    from variants import average_gradients as avg
     from variants import gpipe_schedule as gp
     from variants import train_amp as amp
     from variants import train_with_accumulation as acc
@@ -109,6 +109,11 @@ def _combined():
             "from_one_and_too_long": (gp._closed(length="2 * (m + p - 1) + 1").replace('("F", j)', '("F", j + 1)')
                                       .replace('("B", j)', '("B", j + 1)'), {"microbatches_from_one", "too_long_by_one"}),
         },
+        "average_gradients": {  # ranks: the slow tier
+            "zero_fills_and_sums": (avg._loop("if p.grad is None:\n    p.grad = torch.zeros_like(p)\n"
+                                              "dist.all_reduce(p.grad)\n"),
+                                    {"zero_fills_missing_grads", "sums_without_dividing"}),
+        },
         "zero_memory_per_rank": {
             "stage0_divides_and_no_value_error": (zero._variant(s0="(w + g + k) * psi / n", other="return 0"),
                                                   {"stage0_divides", "no_value_error"}),
@@ -119,10 +124,11 @@ def _combined():
     }
 
 
-COMBINED = [(ex, name) for ex, found in _combined().items() for name in found]
+COMBINED = [pytest.param(ex, name, id=f"{ex}-{name}", marks=[pytest.mark.slow] if get_exercise(ex).ranks else [])
+            for ex, found in _combined().items() for name in found]
 
 
-@pytest.mark.parametrize("exercise,name", COMBINED, ids=[f"{e}-{n}" for e, n in COMBINED])
+@pytest.mark.parametrize("exercise,name", COMBINED)
 def test_two_mistakes_at_once_are_not_reported_as_one(exercise, name):
     source, want = _combined()[exercise][name]
     _, diagnosis, _ = observed(exercise, source)

@@ -101,7 +101,8 @@ def sentence(results: list[CheckResult], diagnosis: Diagnosis | None) -> str:
             return section.heading
         if section.kind == "cause":
             cause = next(c for c in diagnosis.causes if c.id == section.cause_id)
-            parts.append(f"Cause {cause.id}: {cause.did} Fix: {cause.fix} "
+            fix = cause.fix[:1].lower() + cause.fix[1:]
+            parts.append(f"Cause {cause.id}: {cause.did} Fix: {fix} "
                          f"({len(section.checks)} failed check{'s' if len(section.checks) != 1 else ''} follow from it.)")
         elif section.kind in ("also", "unknown"):
             parts += [f"{r.title}: {r.feedback}" for r in section.checks]
