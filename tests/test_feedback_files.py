@@ -58,3 +58,18 @@ def test_the_autograded_notebook_shows_the_same_report():
     text = cell["outputs"][0]["text"]
     assert text.startswith("train_with_accumulation: 3 / 11 points") and "Most likely cause (`loss_not_divided`)" in text
     assert not any(advice in text for advice in WRONG_ADVICE)
+
+
+def test_the_self_check_prints_the_cause_first(capsys):
+    """The notebook's test cell (``check``), with the reference observed live as in the instructor's checkout."""
+    from autograder import check
+    from autograder.authoring.course import load_course
+    from autograder.exercises.define import define_function
+
+    spec = load_course().spec_for_exercise(EX)
+    source = variant_modules()[EX].WRONG["no_division_by_k"][0]
+    fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", source)], EX)
+    assert check(EX, fn) == 3.0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[1].strip().startswith("Most likely cause (`loss_not_divided`)"), printed
+    assert not any(advice in printed for advice in WRONG_ADVICE)
