@@ -48,10 +48,14 @@ def sections(results: list[CheckResult], diagnosis: Diagnosis | None = None) -> 
                    if diagnosis is not None else "Failed:")
         return [Section("unknown", heading, checks=failed)] + tail
     by_title = {r.title: r for r in failed}
+    owner = {}  # each failed check is listed under the most specific cause that explains it
+    for cause in sorted(diagnosis.causes, key=lambda c: len(c.explains)):
+        for title in cause.explains:
+            owner.setdefault(title, cause.id)
     shown, out = set(), []
     many = len(diagnosis.causes) > 1
     for number, cause in enumerate(diagnosis.causes, 1):
-        checks = [by_title[t] for t in cause.explains if t in by_title and t not in shown]
+        checks = [by_title[t] for t in cause.explains if t in by_title and owner.get(t) == cause.id]
         shown |= {r.title for r in checks}
         lead = f"Mistake {number} of {len(diagnosis.causes)}" if many else "Most likely cause"
         out.append(Section("cause", f"{lead} (`{cause.id}`): {cause.did}",
@@ -66,8 +70,9 @@ def sections(results: list[CheckResult], diagnosis: Diagnosis | None = None) -> 
 
 def consequence_line(section: Section) -> str:
     n = len(section.checks)
-    return (f"{'This is why' if n else 'It explains no check here'} {n} check{'s' if n != 1 else ''} "
-            f"failed{':' if n else '.'}")
+    if not n:
+        return "The checks it fails are listed under the other mistake: fix both."
+    return f"This is why {n} check{'s' if n != 1 else ''} failed:"
 
 
 def text(exercise: str, score: str, results: list[CheckResult], diagnosis: Diagnosis | None) -> str:

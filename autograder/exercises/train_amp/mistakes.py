@@ -242,6 +242,7 @@ MISTAKES = [
     Mistake("ignores_the_given_scaler", "You create a GradScaler of your own even when one is passed as scaler=.",
             "The given scaler's state (its scale, its count of clean steps) then never carries over.",
             "Use `scaler` when it is not None; create one only when it is None.", ignores_the_given_scaler,
+            explains=("passed as scaler=",),
             variants=("copies_the_given_scale_into_a_new_scaler", "seed_torch_cuda_amp", "new_scaler_every_batch")),
     Mistake("update_once_after_the_loop", "You call scaler.update() once, after the loop.",
             "Every scaler.step needs its own update before the next step.",
