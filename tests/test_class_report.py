@@ -69,6 +69,12 @@ def test_every_student_controlled_string_is_escaped(tmp_path):
             assert not any(cell.startswith(("=", "@", "+", "-")) for cell in row), (name, row)
 
 
+def test_a_class_without_mistakes_or_rows(tmp_path):
+    assert write_class_report(tmp_path, [_row("ann")], ["train_with_accumulation"], {}, []) == []
+    assert "Every student earned points" in (tmp_path / "report.html").read_text()
+    assert write_class_report(tmp_path / "empty", [], ["train_with_accumulation"], {}, []) == []
+
+
 def test_a_report_from_an_out_folder(tmp_path):
     """`python -m autograder report OUT` rebuilds the page from what a grading run left (results.json)."""
     rows = [_row("ann"), _row("bob", score=3, cause="loss_not_divided")]
