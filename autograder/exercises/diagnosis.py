@@ -195,7 +195,3 @@ def raw_scenario(observation: dict, key: str) -> dict:
     if not isinstance(data, dict):
         raise KeyError(key)
     return data
-
-
-def ratio(got: float, want: float) -> float | None:
-    return got / want if want else None
