@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 PORT   ?= 8888
 
-.PHONY: env lab test test-fast notebooks check-notebooks student-kit hub hub-down bench gpu-evidence gpu-evidence-dry clean
+.PHONY: env lab nbgrader test test-fast notebooks check-notebooks student-kit hub hub-down bench gpu-evidence gpu-evidence-dry clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,10 +16,16 @@ $(VENV)/.installed: pyproject.toml
 env: $(VENV)/.installed
 
 ## lab: open JupyterLab on the course (nbgrader's Validate, assignment list and formgrader enabled)
+## (the venv's bin goes first on PATH: formgrader runs `alembic` from PATH when it opens the gradebook)
 lab: env
-	cd classroom && ../$(VENV)/bin/jupyter lab --port=$(PORT) \
+	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/jupyter lab --port=$(PORT) \
 	    --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/00-start-here.ipynb \
 	    $(if $(filter 0,$(shell id -u)),--allow-root)
+
+## nbgrader: one nbgrader command on the course (in classroom/, with the venv's bin on PATH for its `alembic`),
+## e.g. make nbgrader ARGS="collect lesson1"
+nbgrader: env
+	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/nbgrader $(ARGS)
 
 ## test: install, check the student notebooks are generated from solutions/, run every test
 test: env

@@ -51,6 +51,9 @@ SECTIONS = {
     "lesson5_fsdp_zero": ("DDP, ZeRO-1 and FSDP2: memory per rank", 2, "evidence_parallel"),
     "lesson6_comm_share": ("Where a DDP step's time goes: compute, communication, idle", 1, "evidence_parallel"),
     "lesson6_mfu": ("Model FLOPs utilisation of a transformer training step", 1, "evidence_single"),
+    "lesson7_attention": ("Fused attention (SDPA) vs naive attention: time and memory vs sequence length", 1,
+                          "evidence_single"),
+    "lesson7_matmul": ("Matrix-product throughput: float32, bfloat16 and FP8", 1, "evidence_single"),
 }
 
 

@@ -8,6 +8,12 @@ Attention is pluggable: ``Config.attention`` is ``"sdpa"`` (``F.scaled_dot_produ
 (softmax(q kᵀ / √d) v written out, which keeps the s × s matrices) or any function
 ``attend(q, k, v, is_causal) -> o`` on (batch, heads, s, head_dim) tensors, e.g. a student's FlashAttention.
 
+Dropout (``Config.dropout``, off by default) sits where GPT-2 and Megatron put it: on the attention probabilities
+(built-in attentions only: a function ``attend`` gets none), after each projection into the residual stream, and
+after the embeddings. It keeps a 1-byte mask for backward on every device, as CUDA's fused dropout kernel does, so
+the bytes a block saves are those of Korthikanti et al. (2022), 34sbh + 5as²b in 16-bit (``F.dropout`` on a CPU
+keeps the scaled noise instead, in the activations' dtype).
+
 The text: the docstrings of a fixed list of standard-library modules, so nothing downloads and every machine
 with the same Python minor version reads the same characters.
 """
@@ -35,18 +41,29 @@ class Config:
     attention: str | Callable = "sdpa"
 
 
-def naive_attention(q, k, v, is_causal: bool = False):
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` that keeps a 1-byte mask for backward on every device (``torch.native_dropout``, the kernel
+    ``F.dropout`` uses on CUDA; on a CPU ``F.dropout`` keeps the scaled noise, 2 or 4 bytes an element)."""
+
+    def forward(self, x):
+        return torch.native_dropout(x, self.p, True)[0] if self.training and self.p > 0 else x
+
+
+def naive_attention(q, k, v, is_causal: bool = False, dropout_p: float = 0.0):
     """softmax(q kᵀ / √d) v with the s × s scores and probabilities as real tensors (kept for backward)."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if is_causal:
         n_q, n_k = scores.shape[-2:]
         mask = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1) @ v
+    probabilities = scores.softmax(dim=-1)
+    if dropout_p > 0:
+        probabilities = torch.native_dropout(probabilities, dropout_p, True)[0]
+    return probabilities @ v
 
 
-def sdpa_attention(q, k, v, is_causal: bool = False):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+def sdpa_attention(q, k, v, is_causal: bool = False, dropout_p: float = 0.0):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, dropout_p=dropout_p)
 
 
 def attention_function(choice: str | Callable) -> Callable:
@@ -63,8 +80,9 @@ class CausalSelfAttention(nn.Module):
         self.head_dim = config.n_embd // config.n_head
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.attend = attention_function(config.attention)
+        self.attention_dropout = config.dropout if isinstance(config.attention, str) else 0.0
 
     def forward(self, x):
         b, s, _ = x.shape
@@ -72,7 +90,10 @@ class CausalSelfAttention(nn.Module):
         # rank's heads.
         q, k, v = self.qkv(x).chunk(3, dim=2)
         q, k, v = (t.view(b, s, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        y = self.attend(q, k, v, is_causal=True)
+        if self.training and self.attention_dropout > 0:
+            y = self.attend(q, k, v, is_causal=True, dropout_p=self.attention_dropout)
+        else:
+            y = self.attend(q, k, v, is_causal=True)
         return self.dropout(self.proj(y.transpose(1, 2).reshape(b, s, -1)))
 
 
@@ -81,7 +102,7 @@ class MLP(nn.Module):
         super().__init__()
         self.fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, x):
         return self.dropout(self.proj(F.gelu(self.fc(x))))
@@ -109,7 +130,7 @@ class GPT(nn.Module):
         self.config = config
         self.tok = nn.Embedding(config.vocab_size, config.n_embd)
         self.pos = nn.Embedding(config.block_size, config.n_embd)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)

@@ -26,11 +26,17 @@ from hub.classlist import Accounts, kill_processes_of, parse_class_list
 from hub.limits import UserCgroups
 from hub.pythonenv import build_env, make_readable, restrict
 from hub.settings import COURSE_ID, PINNED, HubSettings
+from hub.welcome import STUDENT_LAB_OVERRIDES
 
 REPO = Path(__file__).resolve().parent.parent
 HUB_PACKAGE = Path(__file__).resolve().parent
 JUPYTERHUB = f"jupyterhub=={PINNED['jupyterhub']}"
 LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+
+
+def lab_overrides(role: str) -> dict:
+    """The JupyterLab settings of a role's environment (students': their welcome page opens rendered)."""
+    return {**LAB_OVERRIDES, **(STUDENT_LAB_OVERRIDES if role == "student" else {})}
 
 
 class SetupError(RuntimeError):
@@ -121,7 +127,7 @@ def _build_envs(settings: HubSettings, wheel: Path, log) -> None:
     for role in ("student", "instructor"):  # no news or update pop-ups: they would fetch from the internet
         overrides = settings.env(role) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
         overrides.parent.mkdir(parents=True, exist_ok=True)
-        overrides.write_text(json.dumps(LAB_OVERRIDES, indent=1))
+        overrides.write_text(json.dumps(lab_overrides(role), indent=1))
         make_readable(overrides.parent)
     restrict(settings.env("instructor"), settings.instructors_group)
 
@@ -174,12 +180,20 @@ def _write_jupyter_config(settings: HubSettings) -> None:
     os.chmod(instructor, 0o750)
 
 
+# What of the grader the hub's own process imports (hub/limits.py): the package chain down to its cgroup manager.
+GRADER_MODULES = ("autograder/__init__.py", "autograder/grader/__init__.py", "autograder/grader/sandbox/__init__.py",
+                  "autograder/grader/sandbox/cgroups.py")
+
+
 def _install_hub_files(settings: HubSettings) -> None:
     lib = settings.state / "lib"
     shutil.rmtree(lib, ignore_errors=True)
     (lib / "hub").mkdir(parents=True)
     for module in HUB_PACKAGE.glob("*.py"):
         shutil.copyfile(module, lib / "hub" / module.name)
+    for module in GRADER_MODULES:  # the one cgroup manager, shared with the class grader
+        (lib / module).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / module, lib / module)
     shutil.copyfile(HUB_PACKAGE / "jupyterhub_config.py", lib / "jupyterhub_config.py")
     settings.save()
 

@@ -2,7 +2,7 @@
 
 * students: the student environment (the student kit: lessons, self-checks, no solutions), working in their home;
   Jupyter config with nbgrader's exchange and the Assignment List (formgrader and Create Assignment are off in
-  that environment);
+  that environment); their first page says where the course is and how to fetch it (``hub.welcome``);
 * instructors: the instructor environment (the course repository installed), working in the course folder that
   only the instructors' group can read, with formgrader;
 * both: umask that keeps files private (students) or shared with the instructors' group only (instructors), and
@@ -16,8 +16,9 @@ import pwd
 
 from jupyterhub.spawner import LocalProcessSpawner
 
-from hub.limits import UserCgroups, join
+from hub.limits import UserCgroups
 from hub.settings import HubSettings
+from hub.welcome import STUDENT_FIRST_PAGE, write_welcome
 
 
 def role_of(username: str, settings: HubSettings) -> str | None:
@@ -48,6 +49,9 @@ class CourseSpawner(LocalProcessSpawner):
         env = settings.env(role)
         self.cmd = [str(env / "bin" / "jupyterhub-singleuser")]
         self.notebook_dir = str(settings.course) if role == "instructor" else "~"
+        self.role = role
+        if role == "student":  # not an empty Launcher: the page that says where the lessons come from
+            self.default_url = STUDENT_FIRST_PAGE
         self.environment = {
             **self.environment,
             "PATH": f"{env / 'bin'}:/usr/local/bin:/usr/bin:/bin",  # nbgrader runs `alembic` from PATH
@@ -55,7 +59,7 @@ class CourseSpawner(LocalProcessSpawner):
             "COURSE_ROLE": role,
         }
         self.umask = 0o007 if role == "instructor" else 0o077
-        self.procs_files = self._prepare_limits()
+        self.group = self._prepare_limits()
         return await super().start()
 
     def _prepare_limits(self):
@@ -65,16 +69,20 @@ class CourseSpawner(LocalProcessSpawner):
             if not CourseSpawner._cgroups_warned:
                 self.log.warning("per-user CPU/memory limits are NOT enforced: cannot create cgroups (%s)", exc)
                 CourseSpawner._cgroups_warned = True
-            return []
+            return None
 
     def make_preexec_fn(self, name):
         drop_privileges = super().make_preexec_fn(name)
-        procs_files, umask = self.procs_files, self.umask
+        group, umask = self.group, self.umask
+        welcome_home = pwd.getpwnam(name).pw_dir if getattr(self, "role", None) == "student" else None
 
         def preexec():
-            join(procs_files)  # as root, before setuid: the user cannot leave the cgroup afterwards
+            if group:
+                group.join()  # as root, before setuid: the user cannot leave the cgroup afterwards
             os.umask(umask)
             drop_privileges()
+            if welcome_home:
+                write_welcome(welcome_home)  # as the student: their file, in their home, never over one of theirs
 
         return preexec
 

@@ -70,6 +70,19 @@ def makefile_lab_command() -> tuple[str, list[str]]:
     return cd.group(1), re.findall(r"--[\w.]+=\S+", recipe.split("jupyter lab", 1)[1])
 
 
+def makefile_lab_path(path: str) -> str:
+    """``PATH`` as ``make lab`` gives it to ``jupyter lab`` (the venv being this interpreter's), from ``path`` without
+    this interpreter's bin: formgrader runs ``alembic`` from PATH, so the recipe itself must put the venv on it."""
+    text = (REPO / "Makefile").read_text().replace("\\\n", " ")
+    recipe = re.search(r"^lab:.*\n((?:\t.*\n?)+)", text, re.MULTILINE).group(1)
+    bare = os.pathsep.join(p for p in path.split(os.pathsep) if p and Path(p) != VENV_BIN)
+    assigned = re.search(r"\bPATH=(?:\"([^\"]*)\"|(\S+))", recipe)
+    if not assigned:
+        return bare
+    venv = {"$(abspath $(VENV))": sys.prefix, "$(CURDIR)/$(VENV)": sys.prefix, "$$PATH": bare}
+    return _substitute(assigned.group(1) or assigned.group(2), venv)
+
+
 def copy_course(dest: Path) -> Path:
     """A copy of the course laid out like the repository; returns its root."""
     skip = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
@@ -126,9 +139,13 @@ class LabServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def server_env(self) -> dict:
+        """The server's environment: PATH as the Makefile's recipe sets it, not as the tests' own commands have it."""
+        return {**self.env, "PATH": makefile_lab_path(self.env["PATH"])}
+
     def __enter__(self):
         self.log = open(self.log_path, "w")
-        self.process = subprocess.Popen(self.command, cwd=self.cwd, env=self.env, stdout=self.log,
+        self.process = subprocess.Popen(self.command, cwd=self.cwd, env=self.server_env(), stdout=self.log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -179,6 +196,9 @@ class StudentKitLab(LabServer):
         self.command = [str(kit.bin / "training-at-scale"), "lab", "--no-browser", f"--port={self.port}"]
         self.log_path = tmp / "student-lab.log"
         self.process = None
+
+    def server_env(self) -> dict:
+        return self.env
 
 
 def _substitute(option: str, values: dict) -> str:

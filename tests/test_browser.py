@@ -156,9 +156,12 @@ def test_start_page_opens_with_the_course_kernel_and_nbgrader(page, student_lab)
             "tabs => tabs.map(t => t.getAttribute('title') || t.textContent)")
         assert not [t for t in tabs if "Create Assignment" in (t or "")], f"the right side bar offers {tabs}"
 
-    with shots.step("assignment-list", "Nbgrader → Assignment List should open the students' assignment panel"):
+    with shots.step("assignment-list", "Nbgrader → Assignment List should open the students' assignment panel and, "
+                    "with no class hub, say that work is handed in through the LMS"):
         page.click(".lm-Menu-itemLabel:text-is('Assignment List')")
         page.wait_for_selector("text=Released, downloaded, and submitted assignments for course", timeout=30_000)
+        page.wait_for_selector("text=Hand in by uploading your .ipynb file to your course's LMS", timeout=30_000)
+        assert page.locator("text=Error fetching courses!").count() == 0, "the Assignment List shows an error"
 
     with shots.step("setup-check", "the start page's setup cell should run in the course's kernel without errors"):
         page.locator(".lm-TabBar-tabLabel:text('00-start-here')").click()

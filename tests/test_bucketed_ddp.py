@@ -25,7 +25,7 @@ EX, NB = "BucketedDDP", "03_data_parallel.ipynb"
 
 def test_reference_equals_ddp():
     ref = reference_observation(EX)
-    for name in cases.SCENARIOS:
+    for name in (n for n in cases.SCENARIOS if n != "overlap"):
         assert len(ref["scenarios"][name]["ranks"]) == ref["scenarios"][name]["case"]["world_size"]
         assert checks.gradient_problem(ref, ref, name) is None, name
     rank0 = ref["scenarios"]["three_ranks"]["ranks"][0]
@@ -35,6 +35,8 @@ def test_reference_equals_ddp():
 
 def test_reference_overlaps_and_one_bucket_cannot():
     ref = reference_observation(EX)
+    gates = ref["scenarios"]["overlap"]["meter"]["gates"]  # measured from outside the ranks
+    assert gates["continued"] and gates["sent_while_held"] >= gates["bucket_bytes"], gates
     for name in ("per_param", "mid", "three_ranks", "special"):
         for r in ref["scenarios"][name]["ranks"]:
             assert all(checks.in_flight_while_computing(s["events"]) >= 2 for s in r["steps"]), name

@@ -368,9 +368,12 @@ def test_forged_rank_results_earn_nothing_and_stay_short(forged):
 
 
 def test_a_numeric_vector_must_keep_its_length():
-    reference = {"salt": 0, "scenarios": {"a": {"case": {"what": "called"}, "params": [1.0, 2.0, 3.0]}}}
-    short = parse_observation({"scenarios": {"a": {"params": [1.0, 2.0]}}}, reference)
-    assert short["scenarios"]["a"]["error"].startswith("malformed: params is not 3 numbers")
+    reference = {"salt": 0, "scenarios": {"a": {"case": {"what": "called"}, "params": [float(i) for i in range(9)],
+                                                "shape": [2, 3]}}}
+    short = parse_observation({"scenarios": {"a": {"params": [1.0, 2.0], "shape": [2, 3]}}}, reference)
+    assert short["scenarios"]["a"]["error"].startswith("malformed: params is not 9 numbers")
+    shape = parse_observation({"scenarios": {"a": {"params": [0.0] * 9, "shape": [1, 2, 3]}}}, reference)
+    assert shape["scenarios"]["a"]["shape"] == [1, 2, 3]  # a few numbers (a shape) may differ in length
     huge = parse_observation({"scenarios": {"a": {"params": [[0] * 300] * 300}}}, reference)
     assert "error" in huge["scenarios"]["a"]
 

@@ -175,6 +175,10 @@ def test_a_term_in_the_browser(hub, browser):
         user = hub.user(short)
         page = pages[short] = login(browser, hub, user)
         dismiss_notifications(page)
+        with steps.step(page, f"{short}-first-page", f"{short}'s first page should say where the course is (issue 27)"):
+            page.locator(".jp-RenderedMarkdown h1:has-text('Training at Scale: start here')").wait_for(timeout=60_000)
+            assert "Nbgrader → Assignment List" in page.locator(".jp-RenderedMarkdown").first.inner_text()
+            assert (Path(f"/home/{user}") / "WELCOME.md").is_file()
         with steps.step(page, f"{short}-fetches", f"{short} should see lesson1 released and fetch it"):
             open_assignment_list(page)
             refresh_assignment_list(page)

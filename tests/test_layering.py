@@ -30,7 +30,8 @@ MAY_IMPORT = {  # part → the parts its modules may import (besides itself)
 EVERYTHING = {"coursekit", *MAY_IMPORT}
 MAY_IMPORT |= {"bench": EVERYTHING, "hub": EVERYTHING}
 # The observing side of the exercises: what runs next to the student's code and may import torch.
-OBSERVING = {"autograder.exercises.observing", "autograder.exercises.ranks", "autograder.exercises.define"}
+OBSERVING = {"autograder.exercises.observing", "autograder.exercises.ranks", "autograder.exercises.define",
+             "autograder.exercises.gating"}
 HEAVY = {"torch", "numpy", "coursekit"}
 
 

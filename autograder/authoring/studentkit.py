@@ -30,7 +30,7 @@ from .reference_files import stale_references
 
 PROJECT = "training-at-scale-student"
 INSTRUCTOR_ONLY_DEPENDENCIES = {"distributed"}  # the class grader's cluster back end
-KIT_SOURCES = Path(__file__).resolve().parent.parent / "studentkit"   # launcher, README, Jupyter settings
+KIT_SOURCES = Path(__file__).resolve().parents[2] / "studentkit"   # launcher, README, Jupyter settings
 JUPYTER_SETTINGS = {  # installed under the environment's etc/jupyter (read by every JupyterLab started in it)
     "etc/jupyter/labconfig/page_config.d": "jupyter-config/labconfig/page_config.d/training-at-scale-student.json",
     "etc/jupyter/jupyter_server_config.d": "jupyter-config/jupyter_server_config.d/training-at-scale-student.json",

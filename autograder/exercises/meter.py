@@ -9,7 +9,9 @@ self-check) samples, while the ranks run:
   ``MALLOC_MMAP_THRESHOLD_`` so that large blocks are returned to the kernel on free. A rank cannot make this
   number smaller than the memory it really holds (file-backed pages, which it could drop, are not counted);
 * **bytes on the loopback**: the ``lo`` transmit counter of the network namespace (``/proc/net/dev``), before the
-  ranks start and after they end: every byte the ranks sent each other through gloo (or through any socket).
+  ranks start and after they end: every byte the ranks sent each other through gloo (or through any socket). Exact
+  in the grader's sandbox, which has a network namespace of its own (``private_network``); on a student's machine
+  the loopback also carries other programs' traffic, so checks that cap the bytes apply only where it is private.
 
 Where these numbers are read by the checks, the exercise states its problem size so that the method's signal
 dominates (docs/grading.md, "What a student controls").
@@ -58,8 +60,8 @@ def loopback_tx_bytes() -> int | None:
 
 
 class Meter:
-    def __init__(self, interval: float = SAMPLE_S, gates=None):
-        self.interval, self.gates = interval, gates
+    def __init__(self, interval: float = SAMPLE_S, gates=None, private_network: bool = False):
+        self.interval, self.gates, self.private_network = interval, gates, private_network
         self.pids: list[int] = []
         self.baseline = 0
         self.peaks: list[int] = []
@@ -114,6 +116,7 @@ class Meter:
     def result(self) -> dict:
         lo = (self.lo_end - self.lo_start) if None not in (self.lo_start, self.lo_end) else None
         return {"peak_bytes": self.peaks, "total_peak_bytes": self.total_peak, "lo_bytes": lo,
+                "private_network": self.private_network,
                 "samples": self.samples, "maxrss_kib": self.maxrss_kib,
                 **({"gates": self.gates.result()} if self.gates else {})}
 

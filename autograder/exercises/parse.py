@@ -6,7 +6,7 @@ reads it, ``parse_observation`` rebuilds it from the *reference's* observation, 
 * exactly the reference's scenarios (a missing one becomes that scenario's error; extra ones are dropped), each
   with the reference's ``case``, never the student's copy;
 * every key the reference's scenario has, recursively (extra keys dropped; a missing key is malformed);
-* a numeric vector (a list of numbers in the reference) is a list of numbers of exactly the reference's length;
+* a numeric vector (a list of at least ``VECTOR`` numbers in the reference) has exactly the reference's length;
 * other lists hold at most a few times the reference's number of items; strings at most ``TEXT_CHARS``;
   numbers are numbers, booleans booleans; ``None`` is always accepted (a value the function did not produce);
 * at most ``VALUE_BUDGET`` values in all.
@@ -22,6 +22,7 @@ from numbers import Real
 from .reading import MALFORMED, MISSING
 
 TEXT_CHARS = 300          # an error message or a type name; feedback quotes at most this much
+VECTOR = 8                # a list of at least this many numbers in the reference is data: its length is exact
 LIST_SLACK, LIST_FLOOR = 4, 256
 VALUE_BUDGET = 2_000_000  # the largest honest observation holds about 40,000 values
 FREE_DEPTH = 4
@@ -145,9 +146,11 @@ def parse(value, template, path: str, budget: list[int]):
 def parse_list(value, template: list, path: str, budget: list[int]) -> list:
     if kind(value) != "list":
         raise Malformed(path, f"is a {kind(value)}, not a list")
-    if template and all(kind(t) == "number" for t in template):  # a numeric vector: exactly the reference's length
-        if len(value) != len(template) or not all(kind(v) == "number" for v in value):
-            raise Malformed(path, f"is not {len(template)} numbers")
+    if template and all(kind(t) == "number" for t in template):  # numbers: a data vector keeps its exact length
+        exact = len(template) >= VECTOR  # (a shape or a few counts may legitimately differ in length)
+        if (len(value) != len(template) if exact else len(value) > LIST_FLOOR) or \
+                not all(kind(v) == "number" for v in value):
+            raise Malformed(path, f"is not {len(template)} numbers" if exact else "is not a short list of numbers")
         spend(budget, len(value), path)
         return list(value)
     limit = max(LIST_SLACK * len(template), LIST_FLOOR)

@@ -41,9 +41,14 @@ _child_setup = []           # callables run first in every rank (``configure``)
 M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameters
 
 
-def configure(*, child_setup=None) -> None:
-    """How ranks start in this process: the grading worker registers what every rank does before anything else."""
+_private_network = [False]  # the ranks' loopback carries only their own traffic (the grader's sandbox)
+
+
+def configure(*, child_setup=None, private_network: bool = False) -> None:
+    """How ranks start in this process: the grading worker registers what every rank does before anything else, and
+    says whether the loopback is the sandbox's own (then its byte counts are exact, meter.py)."""
     _child_setup[:] = [child_setup] if child_setup else []
+    _private_network[0] = private_network
 
 
 class Deferred:
@@ -178,7 +183,7 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
     each rank's gate requests as the policy says, measuring the ranks while they wait.
     """
     port, ranks = free_port(), []
-    meter = Meter(gates=gates)
+    meter = Meter(gates=gates, private_network=_private_network[0])
     trim_memory()
     for rank in range(world_size):
         read_fd, write_fd = os.pipe()
@@ -305,6 +310,16 @@ def _stop(ranks: list[_Rank], meter: Meter) -> None:
     meter.finish()
 
 
-def observe_on_ranks(salt: int, cases: dict[str, dict], target, fn, *, timeout: float = LAUNCH_TIMEOUT_S) -> dict:
-    """Every scenario observed on its own ranks (``case["world_size"]`` of them)."""
-    return observation(salt, cases, lambda case: run_on_ranks(target, case["world_size"], fn, case, timeout=timeout))
+def run_alone(target, fn, case: dict, *, timeout: float = LAUNCH_TIMEOUT_S) -> dict:
+    """One scenario in one process of its own (no process group), measured from outside like a rank:
+    ``{**what target returned, "meter": {...}}`` or ``{"error": ...}``."""
+    found = run_on_ranks(target, 1, fn, case, timeout=timeout, group=False)
+    return found if "error" in found else {**found["ranks"][0], "meter": found["meter"]}
+
+
+def observe_on_ranks(salt: int, cases: dict[str, dict], target, fn, *, timeout: float = LAUNCH_TIMEOUT_S,
+                     gates=None) -> dict:
+    """Every scenario observed on its own ranks (``case["world_size"]`` of them); ``gates(case)`` gives a scenario's
+    gate policy (meter.py), or None for a scenario without gates."""
+    return observation(salt, cases, lambda case: run_on_ranks(target, case["world_size"], fn, case, timeout=timeout,
+                                                             gates=gates(case) if gates else None))

@@ -149,3 +149,44 @@ def scale_factor(got: list[float], want: list[float]) -> float | None:
     """c minimising |got − c·want| (how many times the reference's value the student's is)."""
     denominator = sum(w * w for w in want)
     return sum(g * w for g, w in zip(got, want)) / denominator if denominator else None
+
+
+# ---- measurements at gates (meter.py's gate policies) -----------------------------------------------
+
+def gate_scales(meter: dict) -> list[float]:
+    """The product of the factors applied before each gate index (backward order): what the gradient arriving at
+    gate i, and the gradients of the layers before it, were multiplied by."""
+    scales, product = [], 1.0
+    for factor in meter["gates"]["factors"]:
+        scales.append(product)
+        product *= float(factor)
+    return scales + [product]
+
+
+def gate_digests(meter: dict, rank: int) -> list[list[float]]:
+    """Rank ``rank``'s digests at its gates, in order, with the factors divided out ([sum, sum of squares])."""
+    scales = gate_scales(meter)
+    found = []
+    for record in meter["gates"]["records"]:
+        if record["rank"] == rank and record["digest"] is not None and record["index"] < len(scales):
+            scale = scales[record["index"]]
+            found.append([record["digest"][0] / scale, record["digest"][1] / scale ** 2])
+    return found
+
+
+def digests_close(got: list, want: list, rtol: float) -> bool:
+    """Two lists of [sum, sum of squares] that agree: the same data, up to float32 round-off."""
+    if not isinstance(got, list) or not isinstance(want, list) or len(got) != len(want):
+        return False
+    return all(isinstance(g, list) and len(g) == 2 and all(
+        math.isfinite(float(a)) and abs(float(a) - float(b)) <= rtol * (abs(float(b)) + 1e-12) + 1e-9
+        for a, b in zip(g, w)) for g, w in zip(got, want))
+
+
+def sent_too_much(student_meter: dict, reference_meter: dict, factor: float) -> float | None:
+    """How many times the reference's loopback bytes the student's ranks sent, when that is more than ``factor``
+    and both were measured on a private loopback (the grader's sandbox); else None."""
+    mine, theirs = student_meter.get("lo_bytes"), reference_meter.get("lo_bytes")
+    if not (student_meter.get("private_network") and reference_meter.get("private_network") and mine and theirs):
+        return None
+    return mine / theirs if mine > factor * theirs else None

@@ -19,3 +19,13 @@ def format_report(exercise: str, results: list[CheckResult], diagnosis: Diagnosi
 def feedback_sentence(results: list[CheckResult], diagnosis: Diagnosis | None = None) -> str:
     """One cell of grades.csv: the cause and its fix first, then every failed check it does not explain."""
     return feedback.sentence(results, diagnosis)
+
+
+def score_result(score: float, max_score: float) -> dict | None:
+    """A test cell's result (``Out[]``) as nbgrader needs it: None at full marks (nbgrader gives a test cell that
+    neither failed nor returned a value all its points), else the score as text/plain, which nbgrader reads as the
+    partial credit, and, for the reader, what that number is."""
+    if score >= max_score:
+        return None
+    return {"text/plain": repr(float(score)),
+            "text/html": f"<b>Score: {score:g} / {max_score:g}</b> (nbgrader reads this cell's score from this result)"}

@@ -12,6 +12,7 @@ everyone and named in the summary, so no student's upload adds 0-rows or lowers 
 import hashlib
 import json
 import os
+import resource
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -135,6 +136,7 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
     summary.graded = sum(all(r.graded for r in rows) for rows in rows_by_student.values())
     summary.with_problems = summary.students - summary.graded
     summary.seconds = time.perf_counter() - started
+    phases["grader_peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the shared process
     summary.phases = {k: round(v, 2) for k, v in phases.items()}
     write_atomic(out / "run.json", json.dumps(asdict(summary), indent=2) + "\n")
     from .class_report import write_for_run  # the class report (matplotlib, jinja2) only once the grades are safe

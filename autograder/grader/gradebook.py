@@ -11,7 +11,10 @@ formgrader and ``generate_feedback`` render these notebooks as HTML in the instr
 A student id that is not a safe file name becomes ``<prefix>-<hash>`` in the gradebook (as in feedback/).
 """
 import json
+import os
 import re
+import shutil
+import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -19,7 +22,7 @@ from pathlib import Path
 from ..authoring.course import Course, nbgrader_config
 from ..exercises.diagnosis import Diagnosis
 from ..exercises.protocol import CheckResult
-from ..exercises.verdict import format_report
+from ..exercises.verdict import format_report, score_result
 from .escape import file_stem, strip_controls
 from .grading import Row
 from .notebook import Cell, Notebook, NotebookProblem, parse_notebook
@@ -28,9 +31,18 @@ from .submissions import Submission, match_notebooks
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
 
 
+def _alembic_on_path() -> None:
+    """nbgrader creates a gradebook by running ``alembic`` from PATH. A shell that never activated the venv
+    (``.venv/bin/python -m autograder grade --gradebook``) has none there; the venv's own is beside this interpreter."""
+    beside = Path(sys.executable).parent
+    if shutil.which("alembic") is None and (beside / "alembic").is_file():
+        os.environ["PATH"] = f"{beside}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def _course_directory():
     from nbgrader.coursedir import CourseDirectory
 
+    _alembic_on_path()
     config = nbgrader_config()
     return CourseDirectory(config=config), config
 
@@ -56,13 +68,16 @@ def _ensure_assignment(gradebook, assignment: str, config) -> None:
 
 
 def _report_cell(cell: dict, row: Row) -> None:
-    """Fill a test cell's outputs as nbgrader would have: the report on stdout, the score as the result."""
+    """Fill a test cell's outputs as the self-check does: the report on stdout, then, short of full marks, the
+    score as the cell's result (plain text only: formgrader renders these notebooks in the instructor's origin)."""
     checks = [CheckResult(**c) for c in row.checks]
     report = format_report(row.exercise, checks, Diagnosis.from_dict(row.diagnosis)) if checks \
         else f"{row.exercise}: not graded. {row.feedback}"
-    cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": strip_controls(report) + "\n"},
-                       {"output_type": "execute_result", "execution_count": None, "metadata": {},
-                        "data": {"text/plain": f"{row.score:g}"}}]
+    cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": strip_controls(report) + "\n"}]
+    result = score_result(row.score, row.max_score)
+    if result is not None:
+        cell["outputs"].append({"output_type": "execute_result", "execution_count": None, "metadata": {},
+                                "data": {"text/plain": result["text/plain"]}})
 
 
 def gradebook_id(student: str) -> str:
@@ -90,11 +105,18 @@ def record_in_gradebook(rows: list[Row], submissions: list[Submission], course: 
                 lms = {"first_name": name[:128], "lms_user_id": student[:128]} if name and name != student else {}
                 gradebook.update_or_create_student(who, **lms)
                 stamp, _ = collected_timestamp(coursedir, spec.assignment, who)
-                gradebook.update_or_create_submission(spec.assignment, who, **({"timestamp": stamp} if stamp else {}))
+                # nbgrader's add_submission reads the assignment's notebooks before it adds the new submission to
+                # the session; an autoflush at that read warns (SAWarning "... not in session"). Nothing is pending
+                # here, so the flush can wait for its own commit.
+                with gradebook.db.no_autoflush:
+                    gradebook.update_or_create_submission(spec.assignment, who, **({"timestamp": stamp} if stamp else {}))
                 notebook_id = notebook[: -len(".ipynb")]
                 for row in grouped[(student, notebook)]:
                     grade = gradebook.find_grade(f"test_{row.exercise}", notebook_id, spec.assignment, who)
                     grade.auto_score = row.score
+                    # as nbgrader autograde's SaveAutoGrades: an autograded cell needs no manual grade, unless a
+                    # grader already gave one (then formgrader asks them to review it against the new score)
+                    grade.needs_manual_grade = grade.manual_score is not None
                 gradebook.db.commit()
                 _write_autograded(coursedir, by_student[student], who, course, notebook, grouped[(student, notebook)])
                 recorded += len(grouped[(student, notebook)])

@@ -9,7 +9,8 @@ The reference: in the student kit (and in a released notebook) it is the observa
 it was recorded in; in the instructor's checkout the caller passes ``live_reference``, which observes the reference
 solution itself.
 
-Nothing reaches stderr: nbgrader scores a test cell that wrote to stderr as 0 (``capture.py``).
+Nothing reaches stderr: nbgrader scores a test cell that wrote to stderr as 0 (``capture.py``); only under nbgrader's
+Validate does a report short of full marks go there, so that Validate shows it (``score.py``).
 """
 import os
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from ..exercises.observing import observe
 from ..exercises.verdict import format_report, total
 from .capture import captured_output
 from .recorded import ReferenceUnavailable, load_recorded, on_this_machine, setting_notes
+from .score import report_stream, shown_score
 
 
 def check(exercise: str, fn, *, live_reference: Callable[[str], dict] | None = None) -> float:
@@ -33,19 +35,20 @@ def check(exercise: str, fn, *, live_reference: Callable[[str], dict] | None = N
         try:
             recorded = load_recorded(exercise)
         except ReferenceUnavailable as problem:
-            print(f"{exercise}: not checked. {problem}")
-            return 0.0
+            print(f"{exercise}: not checked. {problem}", file=report_stream(True))
+            return shown_score(0.0, ex.max_score)
     with captured_output() as output:
         reference = recorded.observation if recorded else live_reference(exercise)  # before the student's code runs
         student = observe(ex, fn)
     if recorded:
         reference = on_this_machine(recorded, student)
     results = ex.grade(student, reference)
-    print(format_report(exercise, results, diagnose(ex, student, reference, results)))
+    out = report_stream(total(results) < ex.max_score)
+    print(format_report(exercise, results, diagnose(ex, student, reference, results)), file=out)
     for note in setting_notes(recorded, student, torch.__version__) if recorded else ():
-        print(note)
+        print(note, file=out)
     lines = [line for line in output[0].splitlines() if line.strip()]
     if lines:
-        print(f"\n(While being checked, the code printed {len(lines)} line(s); the first ones:)")
-        print("\n".join("    " + line[:200] for line in lines[:8]))
-    return total(results)
+        print(f"\n(While being checked, the code printed {len(lines)} line(s); the first ones:)", file=out)
+        print("\n".join("    " + line[:200] for line in lines[:8]), file=out)
+    return shown_score(total(results), ex.max_score)

@@ -10,6 +10,11 @@ MIB = 1024 * 1024
 ONE_BUCKET_MB = 1.0                 # the whole model is about 1 KiB: one bucket
 PER_PARAM_MB = 1e-6                 # about 1 byte: smaller than any parameter, so one bucket per parameter
 MID_MB = 288 / MIB                  # one Linear(8, 8) layer's weight and bias: several buckets of 1–2 parameters
+# The overlap scenario: a stack of Linear(WIDTH, WIDTH) layers, the grader's gates between them, a bucket a layer.
+WIDTH, LAYERS, OVERLAP_BATCH = 256, 6, 32
+LAYER_BYTES = (WIDTH * WIDTH + WIDTH) * 4
+LAYER_MB = LAYER_BYTES / MIB
+HOLD = 1                            # the gate (backward order) at which the grader holds every rank but rank 0
 
 SCENARIOS = {  # name: (world size, bucket MiB, model kind, ranks start from different weights?, what it is)
     "one_bucket": (2, ONE_BUCKET_MB, "plain", False, "called on 2 ranks with a bucket larger than the model"),
@@ -19,12 +24,15 @@ SCENARIOS = {  # name: (world size, bucket MiB, model kind, ranks start from dif
     "three_ranks": (3, MID_MB, "plain", True, "called on 3 ranks that start from different weights"),
     "special": (2, MID_MB, "special", False,
                 "the model has a frozen bias, an unused layer and tied weights (2 ranks)"),
+    "overlap": (2, LAYER_MB, "gated", False,
+                f"{LAYERS} layers of {WIDTH}×{WIDTH} run on 2 ranks with a bucket per layer, the grader pausing each "
+                "rank's backward between layers"),
 }
 
 
 def cases(salt: int) -> dict[str, dict]:
     """Every scenario's inputs; the seeds are public for salt 0 and held out for any other salt."""
     return {name: {"what": text, "world_size": world_size, "bucket_size_mb": bucket_mb, "model": kind,
-                   "different_init": different, "steps": STEPS,
+                   "different_init": different, "steps": 1 if kind == "gated" else STEPS,
                    "model_seed": salted_seed(MODEL_SEED, salt), "data_seed": salted_seed(DATA_SEED, salt)}
             for name, (world_size, bucket_mb, kind, different, text) in SCENARIOS.items()}

@@ -1,6 +1,18 @@
 """The checks of ``BucketedDDP``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, flat, parallel, rank_results, scale_factor, what
-from .cases import GRAD_ATOL, PARAM_ATOL
+from ..reading import (
+    case,
+    close,
+    digests_close,
+    flat,
+    gate_digests,
+    gate_scales,
+    parallel,
+    rank_results,
+    scale_factor,
+    sent_too_much,
+    what,
+)
+from .cases import GRAD_ATOL, LAYERS, PARAM_ATOL
 
 FORBIDDEN = ("Your BucketedDDP builds torch's DistributedDataParallel: this exercise asks you to write the buckets, "
              "hooks and all-reduces yourself (see the lesson), so it earns no points.")
@@ -134,18 +146,56 @@ def check_buckets(student, reference):
     return None
 
 
+def in_process_story(ranks: list[dict]) -> str:
+    """What the ranks' own event log says about overlap (their process: words for feedback, never points)."""
+    for r in ranks:
+        events = r.get("events") or []
+        issued = [i for i, e in enumerate(events) if e and e[0] == "issue"]
+        backward_done = next((i for i, e in enumerate(events) if e and e[0] == "backward done"), len(events))
+        if issued and issued[0] > backward_done:
+            return "every all-reduce started after backward() had finished"
+    return ""
+
+
+def parameter_scales(meter: dict) -> list[float]:
+    """The factor each parameter's gradient was multiplied by at the gates after its layer (two parameters a layer,
+    the last layer's before any gate)."""
+    scales = gate_scales(meter)
+    return [scales[LAYERS - 1 - layer] for layer in range(LAYERS) for _ in ("weight", "bias")]
+
+
+def normalised(grads: list, meter: dict) -> list:
+    return [None if g is None else [g[0] / s, g[1] / s ** 2] for g, s in zip(grads, parameter_scales(meter))]
+
+
 def check_overlap(student, reference):
-    for key in ("per_param", "mid"):
-        for rank, r in enumerate(ranks_of(student, reference, key)):
-            for step, s in enumerate(r["steps"]):
-                where = f"When {what(reference, key)}, in step {step + 1} on rank {rank}"
-                events = s["events"]
-                issued = [i for i, e in enumerate(events) if e[0] == "issue"]
-                backward_done = next((i for i, e in enumerate(events) if e[0] == "backward done"), len(events))
-                if issued and issued[0] > backward_done:
-                    return (f"{where} every all-reduce started after backward() had finished: launch each bucket's "
-                            "all-reduce from a gradient hook as soon as its last gradient is ready.")
-                if in_flight_while_computing(events) < 2:
-                    return (f"{where} no all-reduce was still running while backward computed further gradients: "
-                            "use async_op=True and wait for the handles only in finish_gradient_synchronization.")
+    """Overlap, measured from outside the ranks (meter.py, OverlapGates): held at a gate, rank 0 went on computing
+    while its peers were stopped, and a bucket's all-reduce sent its bytes while rank 0 was stopped before its next
+    layer; the ranks' gradients show they really went through the gates; and they sent no more than about the
+    reference's bytes (so that bytes sent for show cannot stand in for the all-reduces)."""
+    key = "overlap"
+    c, ranks = case(reference, key), ranks_of(student, reference, key)
+    meter, theirs = student["scenarios"][key]["meter"], reference["scenarios"][key]["meter"]
+    when = f"When {c['what']}"
+    for rank, r in enumerate(ranks):
+        if not digests_close(gate_digests(meter, rank), gate_digests(theirs, rank), 1e-3):
+            return (f"{when}, rank {rank}'s backward did not pass the grader's pauses with the model's gradients: call "
+                    "backward() once per step on the wrapped model's loss.")
+        if not digests_close(normalised(r["grads"], meter), normalised(reference["scenarios"][key]["ranks"][rank]
+                                                                       ["grads"], theirs), 1e-3):
+            return (f"{when}, rank {rank}'s gradients after finish_gradient_synchronization are not the average over "
+                    "ranks.")
+    gates, story = meter["gates"], in_process_story(ranks)
+    if not gates["continued"]:
+        return (f"{when}, rank 0 stopped in the middle of backward while the other rank was paused: its all-reduce "
+                "waited there for the other rank. Launch each bucket's all-reduce with async_op=True and wait for the "
+                "handles only in finish_gradient_synchronization.")
+    if (gates["sent_while_held"] or 0) < gates["bucket_bytes"]:
+        return (f"{when}, no bucket's all-reduce ran while backward was paused between layers"
+                + (f" ({story})" if story else "") + ": launch each bucket's all-reduce from a gradient hook as soon "
+                "as its last gradient is ready.")
+    ratio = sent_too_much(meter, theirs, 1.5)
+    if ratio:
+        return f"{when}, the ranks sent {ratio:.1f} times the bytes one all-reduce per bucket needs: all-reduce each " \
+               "bucket once."
     return None

@@ -6,9 +6,11 @@ import torch._dynamo  # noqa: F401  torch.optim and DDP import it lazily (3–6 
 import torch.distributed as dist
 from torch import nn
 
+from ..gating import GradientGate, grad_digests, pause_at_gates
+from ..meter import OverlapGates
 from ..observing import float32_data
 from ..ranks import observe_on_ranks, run_on_ranks, student_call
-from .cases import BATCH, EXTRA, HIDDEN, LR, MOMENTUM, VOCAB, cases
+from .cases import BATCH, EXTRA, HIDDEN, HOLD, LAYER_BYTES, LAYERS, LR, MOMENTUM, OVERLAP_BATCH, VOCAB, WIDTH, cases
 
 
 class TokenNet(nn.Module):
@@ -111,9 +113,45 @@ class Instrument:
         return events
 
 
+def gated_model(c: dict) -> nn.Sequential:
+    """LAYERS × (Linear, Tanh), a grader's gate after each layer but the last: the same weights on every rank."""
+    torch.manual_seed(c["model_seed"])
+    layers = []
+    for i in range(LAYERS):
+        layers += [nn.Linear(WIDTH, WIDTH), nn.Tanh()] + ([GradientGate()] if i < LAYERS - 1 else [])
+    return nn.Sequential(*layers)
+
+
+def overlap_rank(rank: int, world_size: int, cls, c: dict) -> dict:
+    """Two steps through the gated stack; in the second the launcher holds and measures the ranks at the gates
+    (OverlapGates).
+    Recorded here: each parameter's averaged gradient as a digest, and the event log (for feedback only)."""
+    instrument = Instrument()
+    model = gated_model(c)
+    instrument.watch_gradients(model)
+    wrapped = student_call(cls, model, c["bucket_size_mb"])
+    instrument.take()
+    x = torch.randn(OVERLAP_BATCH, WIDTH, generator=torch.Generator().manual_seed(c["data_seed"] + rank))
+    for step in range(2):  # measured in the second step: a wrapper's state must carry over between steps
+        pause_at_gates(step == 1)
+        model.zero_grad(set_to_none=True)
+        instrument.take()
+        loss = student_call(wrapped, x).square().mean()
+        student_call(loss.backward)  # the student's hooks, and the grader's gates, run in here
+        instrument.events.append(["backward done"])
+        student_call(lambda: wrapped.finish_gradient_synchronization())
+    return {"forbidden": instrument.wrapped_ddp, "grads": grad_digests(model), "events": instrument.take()}
+
+
+def gates_of(c: dict):
+    return OverlapGates(c["world_size"], hold=HOLD, bucket_bytes=LAYER_BYTES // 2) if c["model"] == "gated" else None
+
+
 def student_rank(rank: int, world_size: int, cls, c: dict) -> dict:
     """One rank of a data-parallel training loop with the student's wrapper, instrumented."""
     warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
+    if c["model"] == "gated":
+        return overlap_rank(rank, world_size, cls, c)
     instrument = Instrument()
     model = make_model(c, rank)
     instrument.watch_gradients(model)
@@ -154,13 +192,15 @@ def ddp_rank(rank: int, world_size: int, c: dict) -> dict | None:
 
 
 def observe(fn, *, salt: int = 0) -> dict:
-    return observe_on_ranks(salt, cases(salt), student_rank, fn)
+    return observe_on_ranks(salt, cases(salt), student_rank, fn, gates=gates_of)
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
     result = observe(fn, salt=salt)
     result["ddp"] = {}
     for name, scenario_ in result["scenarios"].items():
+        if scenario_["case"]["model"] == "gated":
+            continue  # the reference's own gated run is the measure there
         ddp = run_on_ranks(ddp_rank, scenario_["case"]["world_size"], scenario_["case"], timeout=60)
         if "error" in ddp:
             raise RuntimeError(f"DDP itself failed in scenario {name}: {ddp['error']}")

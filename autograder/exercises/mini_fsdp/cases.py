@@ -10,11 +10,19 @@ FP32_RTOL = 1e-5                   # float32 round-off: sum order of a norm, 3-r
 BF16_RTOL = 1e-2                   # bf16 compute: a valid style may round once more or less than FSDP2
 PARAM_ATOL = 1e-5                  # fp32 master weights after STEPS steps (bf16 master weights: ~1e-3 off)
 SLACK_BYTES = 64                   # bookkeeping a wrapper may hold (a scalar or two)
+# The memory scenario: MEMORY_LAYERS × Linear(WIDTH, WIDTH), the grader's gates between them, one step on 2 ranks.
+# A full layer is about 4 MiB; a wrapper that keeps every gathered layer for backward holds 6 more of them at the
+# first pause in backward than one that gathers each layer again when its backward needs it.
+WIDTH, MEMORY_LAYERS, MEMORY_BATCH = 1024, 8, 16
+LAYER_BYTES = (WIDTH * WIDTH + WIDTH) * 4
+EXTRA_LAYERS = 2                   # over the reference's peak at a pause: a prefetched layer, and the allocator
 
 SCENARIOS = {  # name: (world size, param_dtype, what it is)
     "fp32_two": (2, None, "trained on 2 ranks in float32"),
     "fp32_three": (3, None, "trained on 3 ranks in float32 (a layer's size is not divisible by 3)"),
     "bf16_two": (2, "bfloat16", "trained on 2 ranks with param_dtype=torch.bfloat16"),
+    "memory": (2, None, f"{MEMORY_LAYERS} layers of {WIDTH}×{WIDTH} run one step on 2 ranks, the grader pausing each "
+                        "rank's backward between layers to measure its memory"),
 }
 
 
@@ -31,8 +39,10 @@ def _sizes(salt: int, world_size: int) -> list[int]:
 
 
 def cases(salt: int) -> dict[str, dict]:
-    return {name: {"what": words, "world_size": n, "param_dtype": dtype, "sizes": _sizes(salt, n), "steps": STEPS,
-                   "model_seed": salted_seed(MODEL_SEED, salt), "data_seed": salted_seed(DATA_SEED, salt)}
+    return {name: {"what": words, "world_size": n, "param_dtype": dtype, "model_seed": salted_seed(MODEL_SEED, salt),
+                   "data_seed": salted_seed(DATA_SEED, salt),
+                   **({"sizes": [WIDTH] * (MEMORY_LAYERS + 1), "steps": 1, "gated": True} if name == "memory" else
+                      {"sizes": _sizes(salt, n), "steps": STEPS, "gated": False})}
             for name, (n, dtype, words) in SCENARIOS.items()}
 
 

@@ -1,8 +1,8 @@
 """The checks of ``MiniFSDP``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import case, close, rank_results
-from .cases import BF16_RTOL, FP32_RTOL, PARAM_ATOL, SLACK_BYTES, layer_numels
+from ..reading import case, close, digests_close, gate_digests, rank_results
+from .cases import BF16_RTOL, EXTRA_LAYERS, FP32_RTOL, LAYER_BYTES, PARAM_ATOL, SLACK_BYTES, layer_numels
 
 TORCH_FSDP = ("Your wrapper uses torch's own FSDP (fully_shard or FullyShardedDataParallel): this exercise asks you to "
               "write the gathering and reduce-scattering yourself.")
@@ -95,27 +95,42 @@ def check_keeps_shard(student, reference):
             if held > budget:
                 return (f"Between steps rank {rank} still holds more than its shards (step {step + 1}): keep only "
                         "this rank's slice of each flat, padded layer, and drop the gathered tensors.")
+    # read in the rank, so believed only where the memory measured from outside agrees
+    return memory_problem(student, reference, last_pause=True)
+
+
+MIB = 1 << 20
+
+
+def memory_problem(student, reference, *, last_pause: bool = False) -> str | None:
+    """What each rank held at the grader's pauses in its backward pass, measured from outside it (meter.py,
+    SampleAtGates): within EXTRA_LAYERS full layers of the reference's, and with the gradients arriving at the
+    pauses the model's own (the evidence that the rank really ran backward through them). ``last_pause``: only the
+    last pause, where one layer's backward is left and a wrapper that keeps just its shards holds little either way."""
+    key = "memory"
+    c = case(reference, key)
+    ranks_of(student, reference, key)
+    meter, theirs = student["scenarios"][key]["meter"], reference["scenarios"][key]["meter"]
+    for rank in range(c["world_size"]):
+        if not digests_close(gate_digests(meter, rank), gate_digests(theirs, rank), 1e-3):
+            return (f"When {c['what']}, rank {rank}'s backward did not pass the grader's pauses with the model's "
+                    "gradients: run every child of the Sequential, in order, in forward, and backward through them.")
+        held = [r["held_bytes"] or 0 for r in meter["gates"]["records"] if r["rank"] == rank]
+        allowed = [r["held_bytes"] or 0 for r in theirs["gates"]["records"] if r["rank"] == rank]
+        if last_pause:
+            held, allowed = held[-1:], allowed[-1:]
+        extra = max(held, default=0) - max(allowed, default=0)
+        if extra > EXTRA_LAYERS * LAYER_BYTES:
+            where = "at the last pause in backward" if last_pause else "at a pause in backward"
+            return (f"When {c['what']}, rank {rank} held {extra / MIB:.0f} MiB more than the reference {where}, about "
+                    f"{extra / LAYER_BYTES:.0f} full layers: free each layer's gathered parameters right after its "
+                    "forward and gather them again when its backward needs them, keeping only this rank's shards in "
+                    "between.")
     return None
 
 
 def check_frees_layers(student, reference):
-    for key in ("fp32_two", "bf16_two"):
-        c = case(reference, key)
-        extra = shard_bytes(c) // 2 + SLACK_BYTES  # room for a param_dtype copy of the shards
-        n_layers = len(layer_numels(c))
-        for rank, r in enumerate(ranks_of(student, reference, key)):
-            for step, hooks in enumerate(r["between"]):
-                if sorted(h[0] for h in hooks) != list(range(n_layers)):
-                    return ("The grader's hooks did not see each layer run once per forward: call every child "
-                            "module of the Sequential, in order, with its gathered parameters set on it.")
-                for layer, held, materialised in hooks:
-                    where = f"When {c['what']}, rank {rank}, step {step + 1}, just before layer {layer + 1} ran"
-                    if layer not in materialised:
-                        return f"{where}, its full parameters were not set on it: gather them before it runs."
-                    if len(materialised) > 1 or held > shard_bytes(c) + full_layer_bytes(c, layer) + extra:
-                        return (f"{where}, the parameters of more than one layer were materialised: free each "
-                                "layer's gathered parameters right after its forward.")
-    return None
+    return memory_problem(student, reference)
 
 
 def check_grad_shards(student, reference):

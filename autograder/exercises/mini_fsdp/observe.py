@@ -8,9 +8,11 @@ import torch._dynamo  # noqa: F401  torch.optim and FSDP import it lazily (secon
 import torch.distributed as dist
 from torch import nn
 
+from ..gating import GradientGate
+from ..meter import SampleAtGates
 from ..observing import tensor_data
 from ..ranks import observe_on_ranks, student_call
-from .cases import BATCH, LR, cases
+from .cases import BATCH, LR, MEMORY_BATCH, cases
 
 
 def make_model(case: dict) -> nn.Sequential:
@@ -90,10 +92,37 @@ def materialised_layers(layers: list[nn.Module], names: list[list[str]]) -> list
     return found
 
 
+def gated_model(case: dict) -> nn.Sequential:
+    """Linear layers with Tanh, and the grader's gate after every layer but the last."""
+    torch.manual_seed(case["model_seed"])
+    sizes, layers = case["sizes"], []
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        layers += [nn.Linear(a, b), nn.Tanh()] + ([GradientGate()] if i < len(sizes) - 2 else [])
+    return nn.Sequential(*layers)
+
+
+def memory_rank(rank: int, world_size: int, cls, case: dict) -> dict:
+    """One step through the gated model: at each gate in backward the launcher reads what this rank holds
+    (SampleAtGates). Recorded here: the loss and the gradient shards' norm (the evidence of the real work)."""
+    wrapper = student_call(cls, gated_model(case))
+    shards = [p for p in wrapper.parameters() if p.requires_grad]
+    x = torch.randn(MEMORY_BATCH, case["sizes"][0], generator=torch.Generator().manual_seed(case["data_seed"] + rank))
+    loss = student_call(wrapper, x).float().square().mean()
+    student_call(loss.backward)
+    student_call(wrapper.finish_gradient_synchronization)
+    return {"forbidden": False, "loss": float(loss), "grad_norm": global_grad_norm([p.grad for p in shards])}
+
+
+def gates_of(case: dict):
+    return SampleAtGates(case["world_size"]) if case["gated"] else None
+
+
 def student_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     """One rank trains the seeded model with the student's wrapper, measured by the grader's hooks."""
     warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr, and so would
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # gloo's own abort message on mismatched collectives
+    if case["gated"]:
+        return memory_rank(rank, world_size, cls, case)
     model = make_model(case)
     layers = [m for m in model if list(m.parameters(recurse=False))]
     names = [[n for n, _ in m.named_parameters(recurse=False)] for m in layers]
@@ -157,21 +186,25 @@ def fsdp2_rank(rank: int, world_size: int, case: dict) -> dict:
 # ---- observing: real processes ---------------------------------------------------------------
 
 def observe(fn, *, salt: int = 0) -> dict:
-    return observe_on_ranks(salt, cases(salt), student_rank, fn)
+    return observe_on_ranks(salt, cases(salt), student_rank, fn, gates=gates_of)
 
 
 def reference_rank(rank: int, world_size: int, cls, case: dict) -> dict:
-    """The reference's rank: the solution's training, then FSDP2's on the same ranks (one launch, not two)."""
+    """The reference's rank: the solution's training, then FSDP2's on the same ranks (one launch, not two); in the
+    memory scenario only the solution's (its measurement is the measure there)."""
+    if case["gated"]:
+        return student_rank(rank, world_size, cls, case)
     return {**student_rank(rank, world_size, cls, case), "fsdp2": fsdp2_rank(rank, world_size, case)}
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
     import torch.distributed.fsdp  # noqa: F401  imported once here, not in every forked rank (seconds)
 
-    result = observe_on_ranks(salt, cases(salt), reference_rank, fn, timeout=60)
+    result = observe_on_ranks(salt, cases(salt), reference_rank, fn, timeout=60, gates=gates_of)
     result["fsdp2"] = {}
     for name, observed in result["scenarios"].items():
         if "ranks" not in observed:
             raise RuntimeError(f"the reference MiniFSDP failed when {observed['case']['what']}: {observed['error']}")
-        result["fsdp2"][name] = [r.pop("fsdp2") for r in observed["ranks"]]
+        if not observed["case"]["gated"]:
+            result["fsdp2"][name] = [r.pop("fsdp2") for r in observed["ranks"]]
     return result

@@ -119,24 +119,84 @@ def detect() -> CgroupPlan:
     return CgroupPlan("", reason=why)
 
 
+class ControlGroup:
+    """One control group this program creates and removes: a folder per controller under cgroup v1, one folder under
+    v2. The grader's workers and the class hub's users (``hub/limits.py``) both use it."""
+
+    def __init__(self, folders: dict[str, Path]):
+        self.folders = folders  # controller ("cpu", "memory", "pids"; "unified" under v2) -> its folder
+
+    def create(self, limits: dict[str, int | str]) -> None:
+        """Make the folders and write each limit file (``memory.max``, ``cpu.shares``…) into the folder of the
+        controller its name starts with (under v2, the one folder)."""
+        for folder in self.folders.values():
+            folder.mkdir(parents=True, exist_ok=True)
+        for name, value in limits.items():
+            _write(self.folders.get(name.partition(".")[0], self.folders.get("unified")) / name, value)
+
+    def join(self, pid: int | None = None) -> None:
+        """Move a process (the caller by default: a ``preexec_fn``, before it runs anything) into the group."""
+        data = str(pid or os.getpid()).encode()
+        for folder in self.folders.values():
+            fd = os.open(folder / "cgroup.procs", os.O_WRONLY)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+
+    def members(self) -> set[int]:
+        pids = set()
+        for folder in self.folders.values():
+            try:
+                pids |= {int(p) for p in (folder / "cgroup.procs").read_text().split()}
+            except OSError:
+                pass
+        return pids
+
+    def read(self, name: str) -> str:
+        return (self.folders.get(name.partition(".")[0], self.folders.get("unified")) / name).read_text().strip()
+
+    def kill_all(self) -> None:
+        """SIGKILL every process in the group, until none is left (new forks included)."""
+        for _ in range(500):
+            pids = self.members()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.01)
+
+    def remove(self, *, kill: bool = True) -> None:
+        """Remove the folders (cgroup folders go with rmdir; their control files with them). ``kill``: end what is
+        left in it first; else a group that still holds processes stays."""
+        if kill:
+            self.kill_all()
+        for folder in self.folders.values():
+            for _ in range(100 if kill else 1):  # the kernel releases a group shortly after its last process is reaped
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
 class WorkerGroup:
     """The control group of one worker: how to start inside it, and how to end everything in it."""
 
     def __init__(self, plan: CgroupPlan, memory_bytes: int, processes: int):
         self.plan, self.name = plan, f"autograder-{os.getpid()}-{next(_counter)}"
-        self.paths = {c: Path(p) / self.name for c, p in plan.parents}
         self.memory_bytes, self.processes = memory_bytes, processes
+        self.group = ControlGroup({c: Path(p) / self.name for c, p in plan.parents})
         if plan.backend == "v1":
-            self._make_v1()
-
-    def _make_v1(self) -> None:
-        for path in self.paths.values():
-            path.mkdir()
-        _write(self.paths["cpu"] / "cpu.shares", CPU_SHARES)
-        _write(self.paths["memory"] / "memory.limit_in_bytes", self.memory_bytes)
-        if (self.paths["memory"] / "memory.memsw.limit_in_bytes").exists():  # no swapping past the limit
-            _write(self.paths["memory"] / "memory.memsw.limit_in_bytes", self.memory_bytes)
-        _write(self.paths["pids"] / "pids.max", self.processes)
+            limits = {"cpu.shares": CPU_SHARES, "memory.limit_in_bytes": memory_bytes, "pids.max": processes}
+            if (Path(dict(plan.parents)["memory"]) / "memory.memsw.limit_in_bytes").exists():  # no swapping past it
+                limits["memory.memsw.limit_in_bytes"] = memory_bytes
+            self.group.create(limits)
 
     def command_prefix(self) -> list[str]:
         if self.plan.backend != "systemd":
@@ -147,46 +207,18 @@ class WorkerGroup:
 
     def join(self) -> None:
         """Move the calling process into the group (``preexec_fn``: before the worker runs anything)."""
-        pid = str(os.getpid()).encode()
-        for path in self.paths.values():
-            fd = os.open(path / "cgroup.procs", os.O_WRONLY)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
+        self.group.join()
 
     def kill_all(self) -> None:
-        """SIGKILL every process in the group, until none is left (new forks included)."""
         if self.plan.backend == "systemd":
             subprocess.run(["systemctl", *(["--user"] if self.plan.user else []), "kill", "--signal=SIGKILL",
                             f"{self.name}.scope"], capture_output=True, timeout=30)
             return
-        procs = self.paths.get("pids", self.paths.get("memory"))
-        for _ in range(500):
-            try:
-                pids = [int(p) for p in (procs / "cgroup.procs").read_text().split()]
-            except OSError:
-                return
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            time.sleep(0.01)
+        self.group.kill_all()
 
     def remove(self) -> None:
         self.kill_all()
-        for path in self.paths.values():
-            for _ in range(100):  # the kernel releases a group shortly after its last process is reaped
-                try:
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
+        self.group.remove()
 
 
 def _write(path: Path, value: int) -> None:

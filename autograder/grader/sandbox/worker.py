@@ -58,7 +58,8 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
         if exercise.ranks:
             # A rank exercise: this process only launches and measures; each rank defines the student's function
             # itself, and never holds this process's channel to the zygote.
-            configure_ranks(child_setup=lambda: os.close(write_fd))
+            configure_ranks(child_setup=lambda: os.close(write_fd),
+                            private_network=bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE")))
             fn = Deferred(list(task.cells), task.exercise)
         else:
             try:
