@@ -59,6 +59,18 @@ def never_frees_gathered(student, reference):
     return None
 
 
+def keeps_gathered_layers_for_backward(student, reference):
+    from .checks import SLACK_BYTES, memory_problem, shard_bytes
+
+    budget = shard_bytes(reference["scenarios"]["fp32_two"]["case"]) + SLACK_BYTES
+    between_steps_ok = all(held <= budget for r in _ranks(student) for held in r["after_step"])
+    fp32_right = close(_ranks(student)[0]["grad_norms"], _fsdp2(reference)["grad_norms"], atol=1e-5, rtol=1e-4)
+    if fp32_right and between_steps_ok and memory_problem(student, reference):
+        return ("between steps only the shards stay, but during backward each rank held several gathered layers "
+                "more than the reference (measured from outside)")
+    return None
+
+
 def unsharded_wrapper(student, reference):
     got, want = _ranks(student)[0]["shard_numel"], _ref_rank(reference)["shard_numel"]
     if got >= _n(reference) * want - _n(reference):
@@ -125,6 +137,13 @@ MISTAKES = [
             "Then all layers' full parameters are resident at once, as without FSDP.",
             "Free (or resize to 0) each layer's gathered parameters right after its forward, and re-gather for "
             "backward.", never_frees_gathered),
+    Mistake("keeps_gathered_layers_for_backward", "You keep every layer's gathered parameters from its forward until "
+            "its backward.", "Then all gathered layers are alive at the start of backward: the peak is the unsharded "
+            "model's, which FSDP exists to avoid.", "Free each layer's gathered parameters right after its forward "
+            "and gather them again (a backward pre-hook or saved-tensor hooks) when its backward needs them.",
+            keeps_gathered_layers_for_backward,
+            # these variants start from the same template, which keeps the gathered layers for backward too
+            variants=("no_padding", "bf16_master_weights", "all_reduce_keeps_full_grads")),
     Mistake("unsharded_wrapper", "Every rank keeps the whole model.", "Nothing is sharded: FSDP saves no memory.",
             "Keep only this rank's 1/N flat shard of each layer between steps.", unsharded_wrapper),
     Mistake("no_padding", "You split each layer's flat parameters without padding them to a multiple of the world "
