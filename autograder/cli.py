@@ -1,4 +1,4 @@
-"""Instructor command line: ``python -m autograder {grade,generate}``."""
+"""Instructor command line: ``python -m autograder {grade,report,generate,references,student-kit}``."""
 import argparse
 import os
 import sys
@@ -37,8 +37,22 @@ def _grade(args) -> int:
     for note in summary.notes():
         print(f"note: {terminal(note)}", file=sys.stderr)
     print(summary.line())
-    print(f"wrote {out / 'grades.csv'}, {out / 'summary.csv'} and {out / 'feedback'}/ (index.csv names each file)")
+    print(f"wrote {out / 'grades.csv'}, {out / 'summary.csv'}, {out / 'feedback'}/ (index.csv names each file) and "
+          f"the class report {out / 'report.html'}")
     return 1 if summary.problems else 0
+
+
+def _class_report(args) -> int:
+    from .grader.class_report import report_from_out
+    from .grader.escape import terminal
+
+    out = Path(args.out)
+    if not (out / "results.json").is_file():
+        print(f"error: {terminal(str(out))} holds no results.json: grade into it first (python -m autograder grade "
+              "SUBMISSIONS --out OUT)", file=sys.stderr)
+        return 2
+    return _report(report_from_out(out, Path(args.submissions) if args.submissions else None),
+                   f"wrote {out / 'report.html'} and {out / 'report'}/")
 
 
 def _report(problems: list[str], ok: str) -> int:
@@ -115,6 +129,12 @@ def main(argv=None) -> int:
     grade.add_argument("--no-sandbox", action="store_true", help="run submitted code without isolation (debugging)")
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
     grade.set_defaults(run=_grade)
+
+    report = sub.add_parser("report", help="write the class report (report.html, report/*.csv) from a graded OUT folder")
+    report.add_argument("out", help="the --out folder of an earlier `grade` run")
+    report.add_argument("--submissions", help="the submissions again, to recompute similar submissions "
+                                              "(default: OUT/similar.csv of the grading run)")
+    report.set_defaults(run=_class_report)
 
     gen = sub.add_parser("generate", help="generate notebooks/ (student versions) from solutions/")
     gen.add_argument("--check", action="store_true", help="only check that notebooks/ is up to date")

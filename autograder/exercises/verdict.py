@@ -1,4 +1,9 @@
-"""Scores and plain-text reports of check results (shared by notebook cells and class grading)."""
+"""Scores and plain-text reports of check results (shared by notebook cells and class grading).
+
+The report leads with the diagnosed cause (``diagnosis.py``, rendered by ``feedback.py``) when one is given.
+"""
+from . import feedback
+from .diagnosis import Diagnosis
 from .protocol import CheckResult
 
 
@@ -6,28 +11,14 @@ def total(results: list[CheckResult]) -> float:
     return round(sum(r.score for r in results), 4)
 
 
-def format_report(exercise: str, results: list[CheckResult]) -> str:
+def format_report(exercise: str, results: list[CheckResult], diagnosis: Diagnosis | None = None) -> str:
     max_score = sum(r.points for r in results)
-    lines = [f"{exercise}: {total(results):g} / {max_score:g} points"]
-    shared = feedback_sentence(results) if all(not r.passed for r in results) and len(results) > 1 else ""
-    if shared and " | " not in shared:  # every check failed for one reason: say it once
-        return "\n".join(lines + [f"  {shared}"])
-    for r in results:
-        mark = "PASS" if r.passed else "FAIL"
-        lines.append(f"  [{mark}] {r.title} ({r.score:g}/{r.points:g})")
-        if r.feedback:
-            lines.append(f"         {r.feedback}")
-    return "\n".join(lines)
+    return feedback.text(exercise, f"{total(results):g} / {max_score:g}", results, diagnosis)
 
 
-def feedback_sentence(results: list[CheckResult]) -> str:
-    """One cell of grades.csv: every failed check's sentence, or a short all-clear."""
-    failed = [r for r in results if not r.passed]
-    if not failed:
-        return "All checks passed."
-    if len(failed) > 1 and len({r.feedback for r in failed}) == 1:  # one cause, e.g. the function is not written yet
-        return failed[0].feedback
-    return " | ".join(f"{r.title}: {r.feedback}" for r in failed)
+def feedback_sentence(results: list[CheckResult], diagnosis: Diagnosis | None = None) -> str:
+    """One cell of grades.csv: the cause and its fix first, then every failed check it does not explain."""
+    return feedback.sentence(results, diagnosis)
 
 
 def score_result(score: float, max_score: float) -> dict | None:

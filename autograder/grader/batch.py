@@ -139,6 +139,9 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
     phases["grader_peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the shared process
     summary.phases = {k: round(v, 2) for k, v in phases.items()}
     write_atomic(out / "run.json", json.dumps(asdict(summary), indent=2) + "\n")
+    from .class_report import write_for_run  # the class report (matplotlib, jinja2) only once the grades are safe
+
+    summary.problems += write_for_run(out, all_rows, exercises, asdict(summary), submissions, course, wanted)
     return all_rows, summary
 
 

@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..authoring.course import Course, nbgrader_config
+from ..exercises.diagnosis import Diagnosis
 from ..exercises.protocol import CheckResult
 from ..exercises.verdict import format_report, score_result
 from .escape import file_stem, strip_controls
@@ -70,7 +71,8 @@ def _report_cell(cell: dict, row: Row) -> None:
     """Fill a test cell's outputs as the self-check does: the report on stdout, then, short of full marks, the
     score as the cell's result (plain text only: formgrader renders these notebooks in the instructor's origin)."""
     checks = [CheckResult(**c) for c in row.checks]
-    report = format_report(row.exercise, checks) if checks else f"{row.exercise}: not graded. {row.feedback}"
+    report = format_report(row.exercise, checks, Diagnosis.from_dict(row.diagnosis)) if checks \
+        else f"{row.exercise}: not graded. {row.feedback}"
     cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": strip_controls(report) + "\n"}]
     result = score_result(row.score, row.max_score)
     if result is not None:

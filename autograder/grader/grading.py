@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..authoring.course import Course, reference_cells
 from ..exercises import get_exercise
+from ..exercises.diagnosis import diagnose
 from ..exercises.verdict import feedback_sentence, total
 from .audit import audit
 from .escape import strip_controls
@@ -38,8 +39,10 @@ class Row:
     graded: bool = True                                # False: the code could not be run (reason in feedback)
     name: str = ""                                     # the student's readable name (from the LMS file names)
     review: list[str] = field(default_factory=list)    # what in the cell an instructor may want to read (audit.py)
+    cause: str = ""                                    # the diagnosed mistake's catalogue id(s) (diagnosis.py)
+    diagnosis: dict = field(default_factory=dict)      # the whole diagnosis, for the feedback files and notebooks
 
-    CSV_FIELDS = ("student", "notebook", "exercise", "score", "max_score", "feedback", "name")
+    CSV_FIELDS = ("student", "notebook", "exercise", "score", "max_score", "feedback", "name", "cause")
 
 
 def _clean(text: str) -> str:
@@ -129,9 +132,10 @@ def _judge(submission: Submission, notebook: str, exercise: str, result: TaskRes
         row.output = _clean(result.output)
         return row
     checks = ex.grade(result.observation, reference)
+    diagnosis = diagnose(ex, result.observation, reference, checks)
     return Row(submission.student, notebook, exercise, float(total(checks)), ex.max_score,
-               _clean(strip_controls(note + feedback_sentence(checks))), [asdict(c) for c in checks],
-               _clean(result.output), name=submission.name)
+               _clean(strip_controls(note + feedback_sentence(checks, diagnosis))), [asdict(c) for c in checks],
+               _clean(result.output), name=submission.name, cause=diagnosis.cause_id, diagnosis=diagnosis.to_dict())
 
 
 def held_out_salt(course: Course, exercise: str) -> int:

@@ -14,6 +14,9 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from ..exercises.diagnosis import Diagnosis
+from ..exercises.feedback import Section, consequence_line, sections
+from ..exercises.protocol import CheckResult
 from .escape import csv_cell, file_stem, md_code, md_text, strip_controls
 from .grading import Row
 
@@ -40,7 +43,7 @@ def _number(x: float) -> str:
 
 def grades_csv(rows: list[Row]) -> str:
     return _csv(list(Row.CSV_FIELDS), [[r.student, r.notebook, r.exercise, _number(r.score), _number(r.max_score),
-                                        r.feedback, r.name] for r in rows])
+                                        r.feedback, r.name, r.cause] for r in rows])
 
 
 def summary_csv(rows: list[Row], exercises: list[str]) -> str:
@@ -62,19 +65,51 @@ def summary_csv(rows: list[Row], exercises: list[str]) -> str:
     return _csv(header, table)
 
 
+def _sections(row: Row) -> list[Section]:
+    return sections([CheckResult(**c) for c in row.checks], Diagnosis.from_dict(row.diagnosis))
+
+
+def _blank_notebooks(rows: list[Row]) -> dict[str, list[Row]]:
+    """Notebooks of more than one exercise none of which was started: one line for the notebook, not one each."""
+    by_notebook = defaultdict(list)
+    for r in rows:
+        by_notebook[r.notebook].append(r)
+    return {n: rs for n, rs in by_notebook.items() if len(rs) > 1 and all(r.cause == "not_started" for r in rs)}
+
+
+def _blank_line(rows: list[Row]) -> str:
+    return (f"Not started: none of its {len(rows)} exercises has been written yet (each function still raises "
+            "NotImplementedError).")
+
+
 def feedback_markdown(student: str, rows: list[Row]) -> str:
     got, best = sum(r.score for r in rows), sum(r.max_score for r in rows)
     name = rows[0].name if rows and rows[0].name and rows[0].name != student else ""
     lines = [f"# Feedback for {md_text(student)}" + (f" ({md_text(name)})" if name else ""), "",
              f"**Total: {_number(got)} / {_number(best)} points**", ""]
+    blank, done = _blank_notebooks(rows), set()
     for r in rows:
+        if r.notebook in blank:
+            if r.notebook not in done:
+                done.add(r.notebook)
+                lines += [f"## {md_text(r.notebook)}: 0 / {_number(sum(x.max_score for x in blank[r.notebook]))}", "",
+                          md_text(_blank_line(blank[r.notebook])), ""]
+            continue
         lines += [f"## {md_text(r.exercise)} ({md_text(r.notebook)}): {_number(r.score)} / {_number(r.max_score)}", ""]
         if not r.checks:
             lines += [f"Not graded: {md_text(r.feedback)}", ""]
-        for c in r.checks:
-            mark = "✅" if c["score"] == c["points"] else "❌"
-            lines.append(f"- {mark} {md_text(c['title'])} ({_number(c['score'])}/{_number(c['points'])})"
-                         + (f"  \n  {md_text(c['feedback'])}" if c["feedback"] else ""))
+        for section in _sections(r) if r.checks else []:
+            lines.append(("**" + md_text(section.heading) + "**") if section.kind in ("cause", "one_line")
+                         else md_text(section.heading))
+            lines.append("")
+            lines += [f"- *{md_text(label)}:* {md_text(text)}" for label, text in section.details]
+            if section.kind == "cause":
+                lines.append(f"- *{md_text(consequence_line(section))}*")
+            for c in section.checks:
+                mark = "✅" if c.passed else "❌"
+                lines.append(f"- {mark} {md_text(c.title)} ({_number(c.score)}/{_number(c.points)})"
+                             + (f"  \n  {md_text(c.feedback)}" if c.feedback and section.advice else ""))
+            lines.append("")
         if r.output.strip():
             lines += ["", "Your code printed (first lines):", "", *md_code(r.output.strip()[:1500])]
         lines.append("")
@@ -89,19 +124,34 @@ def feedback_html(student: str, rows: list[Row]) -> str:
 
     parts = [f"<!doctype html><meta charset='utf-8'><title>Feedback for {e(student)}</title>",
              "<style>body{font-family:sans-serif;max-width:50em;margin:2em auto}.pass{color:#1a7f37}"
-             ".fail{color:#b3261e}pre{background:#f4f4f4;padding:.5em;white-space:pre-wrap}</style>",
+             ".fail{color:#b3261e}pre{background:#f4f4f4;padding:.5em;white-space:pre-wrap}"
+             ".cause{border-left:4px solid #b3261e;padding-left:.8em}</style>",
              f"<h1>Feedback for {e(student)}</h1><p><b>Total: {_number(got)} / {_number(best)} points</b></p>"]
+    blank, done = _blank_notebooks(rows), set()
     for r in rows:
+        if r.notebook in blank:
+            if r.notebook not in done:
+                done.add(r.notebook)
+                parts.append(f"<h2>{e(r.notebook)}: 0 / {_number(sum(x.max_score for x in blank[r.notebook]))}</h2>"
+                             f"<p class='fail'>{e(_blank_line(blank[r.notebook]))}</p>")
+            continue
         parts.append(f"<h2><code>{e(r.exercise)}</code> ({e(r.notebook)}): {_number(r.score)} / {_number(r.max_score)}</h2>")
         if not r.checks:
             parts.append(f"<p class='fail'>Not graded: {e(r.feedback)}</p>")
-        parts.append("<ul>")
-        for c in r.checks:
-            ok = c["score"] == c["points"]
-            parts.append(f"<li class='{'pass' if ok else 'fail'}'>{'PASS' if ok else 'FAIL'} {e(c['title'])} "
-                         f"({_number(c['score'])}/{_number(c['points'])})"
-                         + (f"<br>{e(c['feedback'])}" if c["feedback"] else "") + "</li>")
-        parts.append("</ul>")
+        for section in _sections(r) if r.checks else []:
+            if section.kind == "one_line":
+                parts.append(f"<p class='fail'><b>{e(section.heading)}</b></p>")
+                continue
+            parts.append(f"<div class='{e(section.kind)}'><p><b>{e(section.heading)}</b></p>")
+            if section.details or section.kind == "cause":
+                parts.append("<dl>" + "".join(f"<dt>{e(label)}</dt><dd>{e(text)}</dd>" for label, text in section.details)
+                             + "</dl>" + (f"<p><i>{e(consequence_line(section))}</i></p>" if section.kind == "cause" else ""))
+            parts.append("<ul>")
+            for c in section.checks:
+                parts.append(f"<li class='{'pass' if c.passed else 'fail'}'>{'PASS' if c.passed else 'FAIL'} "
+                             f"{e(c.title)} ({_number(c.score)}/{_number(c.points)})"
+                             + (f"<br>{e(c.feedback)}" if c.feedback and section.advice else "") + "</li>")
+            parts.append("</ul></div>")
         if r.output.strip():
             parts.append(f"<p>Your code printed (first lines):</p><pre>{e(r.output.strip()[:1500])}</pre>")
     return "\n".join(parts) + "\n"

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 
 from ..exercises import get_exercise
+from ..exercises.diagnosis import diagnose
 from ..exercises.observing import observe
 from ..exercises.verdict import format_report, total
 from .capture import captured_output
@@ -43,7 +44,7 @@ def check(exercise: str, fn, *, live_reference: Callable[[str], dict] | None = N
         reference = on_this_machine(recorded, student)
     results = ex.grade(student, reference)
     out = report_stream(total(results) < ex.max_score)
-    print(format_report(exercise, results), file=out)
+    print(format_report(exercise, results, diagnose(ex, student, reference, results)), file=out)
     for note in setting_notes(recorded, student, torch.__version__) if recorded else ():
         print(note, file=out)
     lines = [line for line in output[0].splitlines() if line.strip()]

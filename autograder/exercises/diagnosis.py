@@ -1,0 +1,197 @@
+"""Diagnosis, cause first: which known mistake a submission's observation shows, and which failed checks follow.
+
+One mistake fails many checks, and each check's advice assumes it is the only failure (a forgotten
+``/ accumulation_steps`` fails six checks, four of whose hints ask to change code that is right). So before the
+checks speak, the observation is compared with the catalogue of the exercise's known mistakes:
+``autograder/exercises/<package>/mistakes.py`` holds ``MISTAKES = [Mistake(...), ...]`` (plain Python, no torch;
+adding a catalogue is adding that one file). Each mistake says what the student did, why it is wrong and the fix,
+and carries a *fingerprint*: a test of the parsed student observation against the reference's that returns what it
+saw, in words ("with accumulation_steps=2 the first step's gradient is 2 × the reference's"), or None.
+
+``diagnose`` then says one of:
+
+* ``passed``: nothing failed;
+* ``not_started``: the function still raises NotImplementedError everywhere (one line, not one per check);
+* ``cause``: one or more catalogue mistakes whose fingerprints match, each with the failed checks it explains
+  (their own advice is then withheld: it assumed they were the only failure); failed checks no cause explains keep
+  their advice;
+* ``unknown``: the failures do not match a known mistake; every failed check speaks for itself.
+
+Every mistake whose fingerprint matches is reported, so two mistakes at once are never reported as one. A
+fingerprint that cannot read what it needs (the scenario failed, a value is missing) simply does not match. The
+diagnosis never changes a score.
+"""
+import importlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from .parse import parse_observation
+from .protocol import CheckResult, Exercise
+from .reading import NOT_DONE
+
+ALL = ("",)  # ``Mistake.explains``: every failed check (the empty phrase is in every title)
+EVERY = ("*",)  # ``Mistake.includes``: every other mistake
+
+
+@dataclass(frozen=True)
+class Mistake:
+    id: str                       # short, stable, snake_case: grades.csv's `cause` column and the class report
+    did: str                      # what the student did, one sentence ("You call backward() on ...")
+    why: str                      # why that is wrong, one sentence
+    fix: str                      # what to change, one sentence
+    seen: Callable[[dict, dict], str | None]  # (parsed student, reference) -> what the observation shows, or None
+    explains: tuple[str, ...] = ALL           # phrases of the titles of the checks that fail because of it
+    variants: tuple[str, ...] = ()            # named wrong variants (tests/variants) it stands for, besides its id
+    # ids of mistakes this one includes (EVERY: all), dropped when it matches: a function that does nothing also
+    # "forgets" each of the exercise's steps, but that is one mistake, not many
+    includes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Cause:
+    id: str
+    did: str
+    why: str
+    fix: str
+    seen: str
+    explains: tuple[str, ...]     # titles of the failed checks it explains
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    kind: str                               # "passed", "not_started", "cause" or "unknown"
+    causes: tuple[Cause, ...] = ()
+    unexplained: tuple[str, ...] = ()       # titles of failed checks that no cause explains
+
+    @property
+    def cause_id(self) -> str:
+        """grades.csv's `cause`: the catalogue id(s), joined by "+" when several, "not_started", or empty."""
+        if self.kind == "not_started":
+            return "not_started"
+        return "+".join(c.id for c in self.causes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "Diagnosis | None":
+        if not data:
+            return None
+        causes = tuple(Cause(**{**c, "explains": tuple(c["explains"])}) for c in data.get("causes", ()))
+        return cls(data["kind"], causes, tuple(data.get("unexplained", ())))
+
+
+def catalogue(exercise: Exercise) -> list[Mistake]:
+    """The exercise's known mistakes (``<package>.mistakes.MISTAKES``), or none when it has no catalogue."""
+    try:
+        module = importlib.import_module(f"{exercise.package}.mistakes")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{exercise.package}.mistakes":
+            raise
+        return []
+    return list(getattr(module, "MISTAKES", []))
+
+
+def not_started(results: list[CheckResult], student=None) -> bool:
+    """Every check failed, because the function still raises NotImplementedError: every check says so, or no
+    scenario of the student's observation produced a result and they raised NotImplementedError (a scenario's error,
+    or a call's, a rank's), but for a call the scaffold's signature would have taken."""
+    if not results or any(r.passed for r in results):
+        return False
+    if all(r.feedback == NOT_DONE for r in results):
+        return True
+    scenarios = student.get("scenarios") if isinstance(student, dict) else None
+    if not isinstance(scenarios, dict) or not scenarios:
+        return False
+    blank = [_raises_not_implemented(s) for s in scenarios.values()]
+    return any(blank) and all(b or _raised_on_arguments(s) for b, s in zip(blank, scenarios.values()))
+
+
+def _raised_on_arguments(scenario) -> bool:
+    error = scenario.get("error") if isinstance(scenario, dict) else None
+    return isinstance(error, str) and error.startswith("TypeError") and "argument" in error[:300]
+
+
+def _raises_not_implemented(value, depth: int = 4) -> bool:
+    """The scenario (or a record inside it, a few levels deep) failed with NotImplementedError."""
+    if isinstance(value, dict):
+        error = value.get("error")
+        if value.get("not_done") is True or (isinstance(error, str) and "NotImplementedError" in error[:200]):
+            return True
+        items = list(value.values())
+    elif isinstance(value, list):
+        items = value[:64]
+    else:
+        return False
+    return depth > 0 and any(_raises_not_implemented(v, depth - 1) for v in items if isinstance(v, dict | list))
+
+
+def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[CheckResult],
+             mistakes: list[Mistake] | None = None) -> Diagnosis:
+    """The diagnosis of one observation already graded into ``results`` (see the module docstring)."""
+    failed = [r.title for r in results if not r.passed]
+    if not failed:
+        return Diagnosis("passed")
+    if not_started(results, student):
+        return Diagnosis("not_started")
+    parsed = {**parse_observation(student, reference), "raw": student}  # "raw": see raw_text
+    matched = []
+    for mistake in catalogue(exercise) if mistakes is None else mistakes:
+        seen = fingerprint(mistake, parsed, reference)
+        titles = tuple(t for t in failed if any(phrase in t for phrase in mistake.explains)) if seen else ()
+        if titles:  # a mistake that explains no failure here is not this submission's problem
+            matched.append((mistake, Cause(mistake.id, mistake.did, mistake.why, mistake.fix, seen, titles)))
+    included = {other.id for mistake, _ in matched for other, _ in matched if other is not mistake
+                and (EVERY == mistake.includes or other.id in mistake.includes)}
+    causes = [cause for mistake, cause in matched if mistake.id not in included]
+    explained = {t for cause in causes for t in cause.explains}
+    if not causes:
+        return Diagnosis("unknown", (), tuple(failed))
+    causes.sort(key=lambda c: -len(c.explains))  # the most likely first: the one that explains the most
+    return Diagnosis("cause", tuple(causes), tuple(t for t in failed if t not in explained))
+
+
+def fingerprint(mistake: Mistake, student: dict, reference: dict) -> str:
+    """What the mistake's fingerprint saw, or "" when it does not match or cannot read what it needs."""
+    try:
+        seen = mistake.seen(student, reference)
+    except Exception:  # a failed scenario, a missing or malformed value: then this is not what it shows
+        return ""
+    if not isinstance(seen, str) or not seen.strip():
+        return ""
+    seen = seen.strip()
+    return seen if seen.endswith((".", "!", ")")) else seen + "."
+
+
+# ---- helpers for fingerprints ----------------------------------------------------------------------
+
+def ran(observation: dict, key: str) -> dict:
+    """The scenario's data when it ran; KeyError otherwise (the fingerprint then does not match)."""
+    data = observation["scenarios"][key]
+    if not isinstance(data, dict) or "error" in data:
+        raise KeyError(key)
+    return data
+
+
+def error_of(observation: dict, key: str) -> str:
+    """The scenario's error, or "" when it ran."""
+    data = observation["scenarios"].get(key)
+    return str(data.get("error", "")) if isinstance(data, dict) else ""
+
+
+def raw_text(observation: dict, key: str, name: str) -> str | None:
+    """A short text value from the student's *unparsed* scenario (e.g. the type name of what the function returned,
+    which a scenario that did not parse loses), or None. Only for words in a diagnosis: it never reaches a score."""
+    raw = observation.get("raw")
+    data = raw.get("scenarios", {}).get(key) if isinstance(raw, dict) and isinstance(raw.get("scenarios"), dict) else None
+    value = data.get(name) if isinstance(data, dict) else None
+    return value[:40] if isinstance(value, str) else None
+
+
+def raw_scenario(observation: dict, key: str) -> dict:
+    """The student's *unparsed* scenario (KeyError when absent): what a scenario that did not parse still holds.
+    Untrusted shapes: read it defensively (a fingerprint's exception only means "no match"). Never for a score."""
+    data = observation["raw"]["scenarios"][key]
+    if not isinstance(data, dict):
+        raise KeyError(key)
+    return data

@@ -1,0 +1,173 @@
+"""The known mistakes of ``ring_attention`` and their fingerprints in the ranks' records (plain Python).
+
+Built from, and tested against, the named wrong variants of tests/variants/ring_attention.py
+(tests/test_diagnosis.py). Each rank records its output chunk, its point-to-point messages ([peer, bytes]) and its
+collectives; the reference carries full attention over the whole sequence (``full``), chunk by chunk. Which ranks
+are right tells a lot: with a causal mask, rank 0 sees only its own chunk, rank 1 two chunks, and so on.
+"""
+from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
+from ..reading import ABORTED, DEADLOCK, close
+
+ATOL = 1e-4
+
+
+def _ranks(student, key) -> list[dict]:
+    ranks = raw_scenario(student, key)["ranks"]
+    if not isinstance(ranks, list) or not ranks or not all(isinstance(r, dict) for r in ranks):
+        raise KeyError(key)
+    return ranks
+
+
+def _right(student, reference, key) -> list[bool]:
+    return [close(r["output"], want, atol=ATOL) for r, want in zip(_ranks(student, key), reference["full"][key])]
+
+
+def _sent(student, key, rank=0) -> list:
+    return [m for m in _ranks(student, key)[rank]["sends"] if isinstance(m, list) and len(m) == 2]
+
+
+def _bytes(messages) -> int:
+    return sum(int(m[1]) for m in messages)
+
+
+def _quiet(student, key) -> bool:
+    rank = _ranks(student, key)[0]
+    return not _sent(student, key) and not rank.get("collectives")
+
+
+def _ring_as_reference(student, reference, key) -> bool:
+    return _bytes(_sent(student, key)) == _bytes(reference["scenarios"][key]["ranks"][0]["sends"])
+
+
+def all_gathers_k_and_v(student, reference):
+    collectives = _ranks(student, "two_ranks")[0].get("collectives")
+    if isinstance(collectives, dict) and collectives and all(_right(student, reference, "two_ranks")):
+        return f"the output is right, but the ranks called {sorted(collectives)} instead of passing K and V around the ring"
+    return None
+
+
+def sends_after_the_last_step(student, reference):
+    got, want = _bytes(_sent(student, "two_ranks")), _bytes(reference["scenarios"]["two_ranks"]["ranks"][0]["sends"])
+    if all(_right(student, reference, "two_ranks")) and got > want:
+        return f"on 2 ranks rank 0 sent {got // want} × the bytes of one hop: the ring needs N − 1 = 1 hop"
+    return None
+
+
+def ring_runs_backwards(student, reference):
+    peers = {int(m[0]) for m in _sent(student, "three_ranks")}
+    if peers == {2} and all(_right(student, reference, "three_ranks")):
+        return "on 3 ranks rank 0 sent its K and V to rank 2, not to rank 1"
+    return None
+
+
+def causal_mask_on_local_positions(student, reference):
+    if all(_right(student, reference, "two_ranks")) and not any(_right(student, reference, "two_ranks_causal")):
+        return "without a causal mask every rank is right; with one, no rank is"
+    return None
+
+
+def chunk_offsets_wrong(student, reference):
+    causal3 = _right(student, reference, "three_ranks_causal")
+    if all(_right(student, reference, "two_ranks_causal")) and not all(causal3) and _ring_as_reference(
+            student, reference, "three_ranks_causal") and {int(m[0]) for m in _sent(student, "three_ranks")} == {1}:
+        return "with a causal mask 2 ranks are right, but on 3 ranks some rank is not: a chunk's global offset is off"
+    return None
+
+
+def local_attention_only(student, reference):
+    if _quiet(student, "two_ranks") and _right(student, reference, "two_ranks_causal")[0]:
+        return ("no rank sent or received anything; with a causal mask rank 0 (which sees only its own chunk) is "
+                "right and the others are not")
+    return None
+
+
+def returns_q(student, reference):
+    if _quiet(student, "two_ranks") and not any(_right(student, reference, "two_ranks_causal")):
+        return "no rank sent anything, and no rank's output is attention, not even rank 0's over its own chunk"
+    return None
+
+
+def missing_scale(student, reference):
+    if _ring_as_reference(student, reference, "two_ranks") and not _right(student, reference, "two_ranks_causal")[0] \
+            and not any(_right(student, reference, "two_ranks")):
+        return "even rank 0's causal output over its own chunk alone is not attention: the scores are not scaled"
+    return None
+
+
+def _partial_merge(student, reference) -> list[bool] | None:
+    if not _ring_as_reference(student, reference, "two_ranks") or any(_right(student, reference, "two_ranks")):
+        return None
+    if not _right(student, reference, "two_ranks_causal")[0]:
+        return None
+    return _right(student, reference, "three_ranks_causal")
+
+
+def missing_last_step(student, reference):
+    causal3 = _partial_merge(student, reference)
+    if causal3 and causal3[:2] == [True, True] and not causal3[2]:
+        return ("with a causal mask on 3 ranks, ranks 0 and 1 are right and rank 2, which needs the chunk of the last "
+                "step, is not")
+    return None
+
+
+def partial_outputs_averaged(student, reference):
+    causal3 = _partial_merge(student, reference)
+    if causal3 and causal3[0] and not any(causal3[1:]):
+        return ("with a causal mask only rank 0, which has a single chunk to merge, is right: the partial results are "
+                "combined, but not with log-sum-exp weights")
+    return None
+
+
+def receives_half_the_message(student, reference):
+    if error_of(student, "two_ranks") == ABORTED:
+        return "on 2 ranks gloo killed a rank: a message arrived with another size than the receiving buffer"
+    return None
+
+
+def deadlocks_on_three_ranks(student, reference):
+    if error_of(student, "three_ranks") == DEADLOCK and not error_of(student, "two_ranks"):
+        return "on 2 ranks it ran; on 3 ranks a rank waited for a message no rank sent"
+    return None
+
+
+MISTAKES = [
+    Mistake("all_gathers_k_and_v", "You all-gather K and V instead of passing them around the ring.",
+            "All-gather holds every chunk at once on every rank: the memory ring attention exists to avoid.",
+            "Send your K/V chunk to rank r+1 and receive from r−1, N−1 times, with point-to-point ops.",
+            all_gathers_k_and_v),
+    Mistake("sends_after_the_last_step", "You send K and V after the last step too.",
+            "After N−1 hops every rank has seen every chunk; one more hop is wasted traffic.",
+            "Skip the send/receive on the last step.", sends_after_the_last_step),
+    Mistake("ring_runs_backwards", "Your ring runs r → r−1.",
+            "The exercise's ring runs r → r+1, and the causal offsets assume it (at step t a rank holds rank (r − t)'s "
+            "chunk).", "Send to (r+1) % N and receive from (r−1) % N.", ring_runs_backwards),
+    Mistake("causal_mask_on_local_positions", "You build the causal mask from positions inside the chunks.",
+            "Causality is about global positions: a chunk of a lower rank is fully visible, a higher one not at all.",
+            "Mask with the global positions: chunk offset + index, for queries and keys.",
+            causal_mask_on_local_positions),
+    Mistake("chunk_offsets_wrong", "You compute the global offset of the K/V chunk you hold wrongly.",
+            "At step t rank r holds the chunk of rank (r − t) mod N, whose keys start at that rank's offset.",
+            "Use ((r − t) % N) × chunk as the keys' offset.", chunk_offsets_wrong),
+    Mistake("local_attention_only", "Each rank attends only to its own K/V chunk.",
+            "Every query must see every key of the sequence: the chunks must travel the ring.",
+            "Pass K and V around the ring and merge the N partial results.", local_attention_only),
+    Mistake("returns_q", "Your function returns q (or another input) instead of the attention output.",
+            "Nothing in it computes attention.", "Compute softmax(q kᵀ/√d) v, chunk by chunk around the ring.",
+            returns_q, includes=EVERY),
+    Mistake("missing_scale", "You do not scale the scores by 1/√d.", "Attention is softmax(q kᵀ / √d) v.",
+            "Multiply q kᵀ by d ** -0.5 before the softmax.", missing_scale),
+    Mistake("missing_last_step", "You stop one step early: the chunk received last is never used.",
+            "N ranks hold N chunks: N steps of attention, N−1 hops between them.",
+            "Run N compute steps (the last without a send).", missing_last_step),
+    Mistake("partial_outputs_averaged", "You average the partial outputs instead of merging them with log-sum-exp "
+            "weights.", "Each partial softmax is normalised over its own chunk; the right weights are each chunk's "
+            "share of the total exp-sum.", "Keep each partial's log-sum-exp and rescale: out = Σ exp(lse_i − lse) out_i.",
+            partial_outputs_averaged),
+    Mistake("receives_half_the_message", "Your receive buffer has another size than what the neighbour sends.",
+            "A point-to-point message must arrive into a buffer of exactly its shape.",
+            "Receive into torch.empty_like(k) (and v).", receives_half_the_message),
+    Mistake("deadlocks_on_three_ranks", "Your sends and receives are ordered so that with 3 ranks they wait for each "
+            "other.", "Blocking sends and receives in a ring deadlock unless the order breaks the cycle.",
+            "Use isend/irecv (or batch_isend_irecv), or let even and odd ranks send first in turn.",
+            deadlocks_on_three_ranks),
+]

@@ -1,0 +1,314 @@
+"""The class report: what the class got wrong, readable in a minute (``OUT/report.html`` and ``OUT/report/*.csv``).
+
+Written by every ``python -m autograder grade`` run, and on demand from an OUT folder (``python -m autograder report
+OUT``), from ``OUT/results.json`` (every row, saved by the run), ``OUT/run.json`` (the run's summary) and
+``OUT/similar.csv`` (similar submissions, ``similarity.py``). It shows, in this order: who needs attention (a total
+of 0, an exercise that could not run or timed out), the mistakes diagnosed with their counts and students
+(``exercises/diagnosis.py``), the score distribution and per-check pass rates of each exercise, similar pairs of
+cells, the cells an instructor may want to read (``audit.py``), and the grading time.
+
+Every student-controlled string (ids, names, reasons, findings quoting their code) is escaped: jinja2 with
+autoescape for HTML, ``escape.csv_cell`` for the CSVs, control characters stripped for both. The plots
+(matplotlib, imported only here: the grader's process stays free of it until a report is drawn) show only the
+course's own words (exercises, check titles, mistake ids) and numbers; they are inlined as PNG data.
+"""
+import base64
+import csv
+import io
+import json
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .escape import strip_controls
+from .grading import Row
+from .report import _csv, write_atomic
+from .similarity import Pair
+
+TEMPLATE = Path(__file__).with_name("class_report.html.j2")
+TIMED_OUT = "did not finish within"
+
+
+@dataclass
+class Exercise:
+    name: str
+    notebook: str
+    max_score: float
+    scores: list[float] = field(default_factory=list)      # graded students only
+    ungraded: int = 0
+    checks: list[dict] = field(default_factory=list)       # title, points, passed, total, rate
+    mistakes: list[dict] = field(default_factory=list)     # id, did, count, students
+
+    @property
+    def mean(self) -> float:
+        return sum(self.scores) / len(self.scores) if self.scores else 0.0
+
+    @property
+    def full(self) -> int:
+        return sum(s == self.max_score for s in self.scores)
+
+    @property
+    def zero(self) -> int:
+        return sum(s == 0 for s in self.scores)
+
+
+@dataclass
+class ClassReport:
+    students: int
+    exercises: list[Exercise]
+    attention: list[dict]        # student, name, total, max, why
+    review: list[dict]           # student, name, exercise, finding
+    similar: list[dict]          # exercise, a, b, similarity, shared
+    run: dict
+    totals: list[float]          # percent per student
+    drawn_s: float = 0.0
+
+
+def load_rows(out: Path) -> tuple[list[Row], list[str]]:
+    data = json.loads((out / "results.json").read_text())
+    return [Row(**r) for r in data["rows"]], list(data["exercises"])
+
+
+def save_rows(out: Path, rows: list[Row], exercises: list[str]) -> None:
+    write_atomic(out / "results.json", json.dumps({"exercises": exercises, "rows": [asdict(r) for r in rows]}) + "\n")
+
+
+def build(rows: list[Row], exercises: list[str], run: dict, pairs: list[dict]) -> ClassReport:
+    by_exercise = {e: [r for r in rows if r.exercise == e] for e in exercises}
+    by_student = defaultdict(list)
+    for r in rows:
+        by_student[r.student].append(r)
+    names = {r.student: r.name for r in rows}
+    found = []
+    for name, ex_rows in by_exercise.items():
+        if not ex_rows:
+            continue
+        ex = Exercise(name, ex_rows[0].notebook, ex_rows[0].max_score)
+        graded = [r for r in ex_rows if r.graded]
+        ex.scores = [r.score for r in graded]
+        ex.ungraded = len(ex_rows) - len(graded)
+        titles = list(dict.fromkeys(c["title"] for r in graded for c in r.checks))
+        for title in titles:
+            results = [c for r in graded for c in r.checks if c["title"] == title]
+            passed = sum(c["score"] == c["points"] for c in results)
+            ex.checks.append({"title": title, "points": results[0]["points"], "passed": passed, "total": len(results),
+                              "rate": passed / len(results) if results else 0.0})
+        causes = defaultdict(list)
+        did = {}
+        for r in graded:
+            for cause in (r.cause.split("+") if r.cause else []):
+                causes[cause].append(r.student)
+            for c in (r.diagnosis or {}).get("causes", []):
+                did.setdefault(c["id"], c["did"])
+        did.setdefault("not_started", "The function still raises NotImplementedError.")
+        unknown = [r.student for r in graded if r.score < r.max_score and not r.cause]
+        if unknown:
+            causes["(no known mistake)"] = unknown
+            did["(no known mistake)"] = "Failed checks that match no mistake of the catalogue: read these."
+        ex.mistakes = sorted(({"id": k, "did": did.get(k, ""), "count": len(v), "students": sorted(v)}
+                              for k, v in causes.items()), key=lambda m: (-m["count"], m["id"]))
+        found.append(ex)
+    attention, totals = [], []
+    for student in sorted(by_student):
+        mine = by_student[student]
+        got, best = sum(r.score for r in mine), sum(r.max_score for r in mine)
+        totals.append(100 * got / best if best else 0.0)
+        why = [f"{r.exercise}: {'timed out' if TIMED_OUT in r.feedback else 'could not run'} ({r.feedback[:160]})"
+               for r in mine if not r.graded]
+        if got == 0 and not why:
+            blank = all(r.cause == "not_started" for r in mine)
+            why.append("nothing started" if blank else "0 points in every exercise")
+        if why:
+            attention.append({"student": student, "name": names[student], "total": got, "max": best,
+                              "timed_out": any(TIMED_OUT in r.feedback for r in mine if not r.graded), "why": why})
+    review = [{"student": r.student, "name": r.name, "exercise": r.exercise, "finding": f}
+              for r in rows for f in r.review]
+    return ClassReport(len(by_student), found, attention, review, pairs, run, totals)
+
+
+# ---- plots (matplotlib, only here) ----------------------------------------------------------------
+
+def _png(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def plots(report: ClassReport) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib import pyplot as plt
+
+    plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
+                         "text.usetex": False, "text.parse_math": False})
+    drawn = {}
+    exercises = report.exercises
+    if exercises:
+        cols = min(3, len(exercises))
+        rows = -(-len(exercises) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.3 * rows), squeeze=False)
+        for ax, ex in zip(axes.flat, exercises):
+            bins = [x - 0.5 for x in range(int(ex.max_score) + 2)]
+            ax.hist(ex.scores, bins=bins, color="#3a6ea5", edgecolor="white")
+            ax.set_title(f"{ex.name} (mean {ex.mean:.1f} / {ex.max_score:g})", fontsize=9)
+            ax.set_xlabel("points")
+            ax.set_ylabel("students")
+        for ax in list(axes.flat)[len(exercises):]:
+            ax.axis("off")
+        fig.tight_layout()
+        drawn["scores"] = _png(fig)
+        plt.close(fig)
+        checks = [(f"{ex.name}: {c['title'][:60]}", c["rate"]) for ex in exercises for c in ex.checks]
+        if checks:
+            fig, ax = plt.subplots(figsize=(8, 0.22 * len(checks) + 0.8))
+            labels, rates = zip(*reversed(checks))
+            ax.barh(range(len(rates)), [100 * r for r in rates],
+                    color=["#b3261e" if r < 0.5 else "#e0a100" if r < 0.8 else "#1a7f37" for r in rates])
+            ax.set_yticks(range(len(rates)), labels, fontsize=7)
+            ax.set_xlim(0, 100)
+            ax.set_xlabel("students passing (%)")
+            drawn["checks"] = _png(fig)
+            plt.close(fig)
+        mistakes = sorted(((m["count"], f"{ex.name}: {m['id']}") for ex in exercises for m in ex.mistakes),
+                          reverse=True)[:25]
+        if mistakes:
+            fig, ax = plt.subplots(figsize=(8, 0.25 * len(mistakes) + 0.8))
+            counts, labels = zip(*reversed(mistakes))
+            ax.barh(range(len(counts)), counts, color="#b3261e")
+            ax.set_yticks(range(len(counts)), labels, fontsize=7)
+            ax.set_xlabel("students")
+            drawn["mistakes"] = _png(fig)
+            plt.close(fig)
+    return drawn
+
+
+# ---- files ---------------------------------------------------------------------------------------
+
+def csvs(report: ClassReport) -> dict[str, str]:
+    return {
+        "exercises.csv": _csv(["exercise", "notebook", "max_score", "graded", "ungraded", "mean", "full_marks", "zero"],
+                              [[e.name, e.notebook, f"{e.max_score:g}", len(e.scores), e.ungraded, f"{e.mean:.2f}",
+                                e.full, e.zero] for e in report.exercises]),
+        "checks.csv": _csv(["exercise", "check", "points", "passed", "graded", "pass_rate"],
+                           [[e.name, c["title"], f"{c['points']:g}", c["passed"], c["total"], f"{c['rate']:.3f}"]
+                            for e in report.exercises for c in e.checks]),
+        "mistakes.csv": _csv(["exercise", "cause", "students_count", "students", "what"],
+                             [[e.name, m["id"], m["count"], " ".join(m["students"]), m["did"]]
+                              for e in report.exercises for m in e.mistakes]),
+        "attention.csv": _csv(["student", "name", "total", "max_total", "why"],
+                              [[a["student"], a["name"], f"{a['total']:g}", f"{a['max']:g}", " | ".join(a["why"])]
+                               for a in report.attention]),
+        "review.csv": _csv(["student", "name", "exercise", "finding"],
+                           [[r["student"], r["name"], r["exercise"], r["finding"]] for r in report.review]),
+        "similar.csv": similar_csv(report.similar),
+    }
+
+
+def similar_csv(pairs: list[dict]) -> str:
+    return _csv(["exercise", "student_a", "student_b", "similarity", "shared_fingerprints"],
+                [[p["exercise"], p["a"], p["b"], f"{p['similarity']:.3f}", p["shared"]] for p in pairs])
+
+
+def read_similar(out: Path) -> list[dict]:
+    try:
+        with open(out / "similar.csv", newline="", encoding="utf-8") as f:
+            return [{"exercise": r["exercise"], "a": r["student_a"], "b": r["student_b"],
+                     "similarity": float(r["similarity"]), "shared": int(r["shared_fingerprints"])}
+                    for r in csv.DictReader(f)]
+    except (OSError, KeyError, ValueError):
+        return []
+
+
+def render(report: ClassReport, drawn: dict[str, str]) -> str:
+    import jinja2
+
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["clean"] = lambda text: strip_controls(str(text))
+    return env.from_string(TEMPLATE.read_text()).render(r=report, plots=drawn)
+
+
+def write_class_report(out: Path, rows: list[Row], exercises: list[str], run: dict,
+                       pairs: list[Pair] | list[dict] | None = None) -> list[str]:
+    """OUT/report.html and OUT/report/*.csv (and OUT/results.json, OUT/similar.csv when given): problems, if any."""
+    started = time.perf_counter()
+    try:
+        save_rows(out, rows, exercises)
+        if pairs is not None:
+            pairs = [asdict(p) if isinstance(p, Pair) else p for p in pairs]
+            write_atomic(out / "similar.csv", similar_csv(pairs))
+        report = build(rows, exercises, run, pairs if pairs is not None else read_similar(out))
+        for name, text in csvs(report).items():
+            write_atomic(out / "report" / name, text)
+        drawn = plots(report)
+        report.drawn_s = time.perf_counter() - started
+        write_atomic(out / "report.html", render(report, drawn))
+    except Exception as exc:  # the grades are written already: a report that fails must not lose them
+        return [f"the class report ({type(exc).__name__}: {exc})"]
+    return []
+
+
+def write_for_run(out: Path, rows: list[Row], exercises: list[str], run: dict, submissions, course,
+                  wanted: list[str]) -> list[str]:
+    """The end of a grading run: similar submissions found in the class, then the report."""
+    try:
+        pairs = similar_in_class(submissions, course, wanted)
+    except Exception as exc:  # a report problem never costs the grades
+        return [f"similar submissions ({type(exc).__name__}: {exc})"] + write_class_report(out, rows, exercises, run, [])
+    return write_class_report(out, rows, exercises, run, pairs)
+
+
+def report_from_out(out: Path, submissions: Path | None = None) -> list[str]:
+    """``python -m autograder report OUT``: the class report again from a graded OUT folder (similar submissions
+    recomputed when the submissions are given, else read from OUT/similar.csv)."""
+    rows, exercises = load_rows(out)
+    try:
+        run = json.loads((out / "run.json").read_text())
+    except (OSError, ValueError):
+        run = {}
+    pairs = None
+    if submissions is not None:
+        from ..authoring.course import load_course
+        from .submissions import discover
+
+        course = load_course()
+        pairs = similar_in_class(discover(submissions, course), course, sorted({r.notebook for r in rows}))
+    return write_class_report(out, rows, exercises, run, pairs)
+
+
+def similar_in_class(submissions, course, wanted: list[str]) -> list[Pair]:
+    """Similar pairs of exercise cells across the class (``similarity.py``), the released scaffold subtracted."""
+    from .notebook import NotebookProblem, exercise_cells
+    from .similarity import similar_pairs
+    from .submissions import match_notebooks
+
+    cells: dict[str, dict[str, str]] = defaultdict(dict)
+    for sub in submissions:
+        for name, (path, _) in match_notebooks(sub, course, wanted).items():
+            if path is None:
+                continue
+            try:
+                found = exercise_cells(sub.notebook(path), course.notebooks[name])
+            except NotebookProblem:
+                continue
+            for exercise, code in found.items():
+                if isinstance(code, str):
+                    cells[exercise][sub.student] = code
+    return similar_pairs(cells, released_cells(course, wanted))
+
+
+def released_cells(course, wanted: list[str]) -> dict[str, str]:
+    """Each exercise's cell as released to students (notebooks/), the scaffold that similarity subtracts."""
+    from ..authoring.course import cell_source
+
+    found = {}
+    for name in wanted:
+        paths = [p for p in (course.root / "notebooks").rglob(name) if ".ipynb_checkpoints" not in p.parts]
+        if not paths:
+            continue
+        for cell in json.loads(paths[0].read_text()).get("cells", []):
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            if grade_id in course.notebooks[name].exercises and cell.get("cell_type") == "code":
+                found[grade_id] = cell_source(cell)
+    return found
