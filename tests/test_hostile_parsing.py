@@ -371,11 +371,27 @@ def test_a_numeric_vector_must_keep_its_length():
     reference = {"salt": 0, "scenarios": {"a": {"case": {"what": "called"}, "params": [float(i) for i in range(9)],
                                                 "shape": [2, 3]}}}
     short = parse_observation({"scenarios": {"a": {"params": [1.0, 2.0], "shape": [2, 3]}}}, reference)
-    assert short["scenarios"]["a"]["error"].startswith("malformed: params is not 9 numbers")
+    assert short["scenarios"]["a"]["error"] == "different: `params` has 2 values where the reference's has 9"
+    mixed = parse_observation({"scenarios": {"a": {"params": [1.0, "x"] * 5, "shape": [2, 3]}}}, reference)
+    assert mixed["scenarios"]["a"]["error"].startswith("malformed: params is not 9 numbers")
     shape = parse_observation({"scenarios": {"a": {"params": [0.0] * 9, "shape": [1, 2, 3]}}}, reference)
     assert shape["scenarios"]["a"]["shape"] == [1, 2, 3]  # a few numbers (a shape) may differ in length
     huge = parse_observation({"scenarios": {"a": {"params": [[0] * 300] * 300}}}, reference)
     assert "error" in huge["scenarios"]["a"]
+
+
+def test_a_record_may_be_an_error_record_and_a_check_reports_it():
+    """zero_memory_per_rank's blank scaffold: every call raised, and the student reads that, not a parse error."""
+    reference = _shipped_references()["zero_memory_per_rank"]
+    student = {"scenarios": {k: {"calls": [{"error": "ValueError: negative", "value_error": True, "junk": "x" * 10**5}
+                                           for _ in s["calls"]]}
+                             for k, s in reference["scenarios"].items()}}
+    parsed = parse_observation(student, reference)
+    first = next(iter(parsed["scenarios"].values()))
+    assert first["calls"][0] == {"error": "ValueError: negative", "value_error": True}
+    results = all_exercises()["zero_memory_per_rank"].grade(student, reference)
+    assert any("raised ValueError: negative" in r.feedback for r in results)
+    assert not any("could not read" in r.feedback for r in results)
 
 
 def test_the_autograded_notebook_restores_the_course_locked_cells():

@@ -6,7 +6,11 @@ reads it, ``parse_observation`` rebuilds it from the *reference's* observation, 
 * exactly the reference's scenarios (a missing one becomes that scenario's error; extra ones are dropped), each
   with the reference's ``case``, never the student's copy;
 * every key the reference's scenario has, recursively (extra keys dropped; a missing key is malformed);
-* a numeric vector (a list of at least ``VECTOR`` numbers in the reference) has exactly the reference's length;
+* a record may instead be an *error record* (``{"error": text, <flags>}``): the function raised there, which the
+  observers record in place of the value record and the checks report as such; where the reference's record is
+  the error record, the student's may be a few scalars (the function returned instead);
+* a numeric vector (a list of at least ``VECTOR`` numbers in the reference) has exactly the reference's length:
+  another length is the function's behaviour (fewer steps, say), reported as a difference in shape, not as garbage;
 * other lists hold at most a few times the reference's number of items; strings at most ``TEXT_CHARS``;
   numbers are numbers, booleans booleans; ``None`` is always accepted (a value the function did not produce);
 * at most ``VALUE_BUDGET`` values in all.
@@ -19,7 +23,7 @@ from the student. Plain Python: no torch.
 import json
 from numbers import Real
 
-from .reading import MALFORMED, MISSING
+from .reading import DIFFERENT, MALFORMED, MISSING
 
 TEXT_CHARS = 300          # an error message or a type name; feedback quotes at most this much
 VECTOR = 8                # a list of at least this many numbers in the reference is data: its length is exact
@@ -73,8 +77,15 @@ def loads_bounded(data: bytes | str, *, limit: int, depth: int = MAX_DEPTH):
 
 
 class Malformed(Exception):
+    prefix = MALFORMED
+
     def __init__(self, path: str, why: str):
         super().__init__(f"{path or 'the result'} {why}")
+
+
+class Different(Malformed):
+    """Well-formed, but shaped otherwise than the reference's: the function behaved differently."""
+    prefix = DIFFERENT
 
 
 def parse_observation(student, reference: dict) -> dict:
@@ -101,7 +112,7 @@ def parse_scenario(value, template: dict, budget: list[int]) -> dict:
     try:
         return {"case": case, **parse(value, measured, "", budget)}
     except Malformed as problem:
-        return {"case": case, "error": f"{MALFORMED}{problem}"}
+        return {"case": case, "error": f"{problem.prefix}{problem}"}
 
 
 def kind(value) -> str:
@@ -129,6 +140,10 @@ def parse(value, template, path: str, budget: list[int]):
     if want == "dict":
         if got != "dict":
             raise Malformed(path, f"is a {got}, not a record")
+        if "error" in value:
+            return error_record(value, path, budget)
+        if "error" in template:  # the reference raised here; the function returned instead
+            return scalar_record(value, path, budget)
         missing = [k for k in template if k not in value]
         if missing:
             raise Malformed(path, f"has no {missing[0]!r}")
@@ -148,9 +163,10 @@ def parse_list(value, template: list, path: str, budget: list[int]) -> list:
         raise Malformed(path, f"is a {kind(value)}, not a list")
     if template and all(kind(t) == "number" for t in template):  # numbers: a data vector keeps its exact length
         exact = len(template) >= VECTOR  # (a shape or a few counts may legitimately differ in length)
-        if (len(value) != len(template) if exact else len(value) > LIST_FLOOR) or \
-                not all(kind(v) == "number" for v in value):
+        if len(value) > max(LIST_SLACK * len(template), LIST_FLOOR) or not all(kind(v) == "number" for v in value):
             raise Malformed(path, f"is not {len(template)} numbers" if exact else "is not a short list of numbers")
+        if exact and len(value) != len(template):
+            raise Different(f"`{path}`", f"has {len(value)} values where the reference's has {len(template)}")
         spend(budget, len(value), path)
         return list(value)
     limit = max(LIST_SLACK * len(template), LIST_FLOOR)
@@ -165,6 +181,25 @@ def parse_list(value, template: list, path: str, budget: list[int]) -> list:
         else:
             parsed.append(free_form(item, f"{path}[{i}]", budget, FREE_DEPTH))
     return parsed
+
+
+ERROR_FLAGS = 8  # booleans an error record may carry beside its text (value_error, not_done, ...)
+
+
+def error_record(value: dict, path: str, budget: list[int]) -> dict:
+    """``{"error": text, <a few boolean flags>}``: what the observers record where the function raised."""
+    if kind(value["error"]) != "text":
+        raise Malformed(f"{path}.error".lstrip("."), f"is a {kind(value['error'])}, not a text")
+    flags = {k: v for k, v in value.items() if k != "error" and isinstance(v, bool) and len(k) <= 40}
+    spend(budget, 1 + len(flags), path)
+    return {"error": value["error"][:TEXT_CHARS], **dict(list(flags.items())[:ERROR_FLAGS])}
+
+
+def scalar_record(value: dict, path: str, budget: list[int]) -> dict:
+    """A few short scalar fields: what an observer records where a function returned a value."""
+    fields = [(k, v) for k, v in value.items() if len(k) <= 40 and kind(v) in ("none", "bool", "number", "text")]
+    spend(budget, len(fields), path)
+    return {k: v[:TEXT_CHARS] if kind(v) == "text" else v for k, v in fields[:ERROR_FLAGS]}
 
 
 def free_form(value, path: str, budget: list[int], depth: int):

@@ -12,6 +12,7 @@ DEADLOCK = "deadlock"  # the error of a rank-spawning scenario whose ranks waite
 ABORTED = "aborted"   # the error of a rank scenario where gloo killed a rank (SIGABRT): a message of the wrong size
 MISSING = "no result"  # the error of a scenario the student's observation lacks (parse.py)
 MALFORMED = "malformed: "  # the start of the error of a scenario whose results do not parse (parse.py)
+DIFFERENT = "different: "  # the start of the error of a scenario whose results are shaped otherwise (parse.py)
 
 
 class ScenarioError(Exception):
@@ -27,6 +28,9 @@ def scenario(observation: dict, key: str, what: str) -> dict:
         if str(data["error"]).startswith(MALFORMED):
             raise ScenarioError(f"The grader could not read the results of your code when {what}: "
                                 f"{str(data['error'])[len(MALFORMED):].rstrip('.')}.")
+        if str(data["error"]).startswith(DIFFERENT):
+            raise ScenarioError(f"When {what}, your code's results are shaped differently from the reference's: "
+                                f"{str(data['error'])[len(DIFFERENT):].rstrip('.')}.")
         if str(data["error"]) == "NotImplementedError":  # the blank scaffold's bare raise (nn.Module's has words)
             raise ScenarioError(NOT_DONE)
         if data["error"] == ABORTED:
