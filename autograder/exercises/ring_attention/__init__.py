@@ -16,23 +16,32 @@ the whole sequence (float64, in the grader's process), sliced per rank.
 A ring that runs the wrong way is invisible on 2 ranks (both directions are the same ring) and without a causal mask
 (the merge is order-free and no position matters): the causal scenarios on 3 and 4 ranks catch it.
 
-Method ("ring, not gather"). Here the method check reads the in-process record (sends only to r+1, receives only
-from r−1, (N−1)·(|K|+|V|) values sent, no collective): a student's process can forge it. To be measured outside
-the student's process instead (``bench/lesson8_method_evidence.py``: each rank's ``/proc/<pid>/io`` wchar and
-``/proc/<pid>/status`` VmHWM, reset through ``/proc/<pid>/clear_refs`` just before the call). Bytes cannot tell the
-two apart: an all-gather of K and V sends what the ring sends, (N−1)·|K+V| per rank. Peak memory can: the gather
-holds all N chunks of K and V (and the attention's concatenated copy), the ring two (the one it computes with and
-the one arriving). Measured (2-core CPU, torch 2.13.0+cpu, gloo, load average 59 from other jobs), causal, N = 4,
-(batch, heads) = (1, 2), c = 512 positions per rank, d = 2048 (|K+V| = 16 MiB per rank; the c × c score block,
-2 MiB, stays small because d ≫ c):
+Method ("ring, not gather"), measured outside the ranks. The ranks' own record (sends only to r+1, receives only
+from r−1, (N−1)·(|K|+|V|) values sent, no collective) lives in the student's process: it shapes the feedback, and the
+method check earns its points only when the ranks' peak memory agrees. Bytes cannot tell the two apart (an
+all-gather of K and V sends what the ring sends); peak memory can: a gather holds all N chunks of K and V, a ring
+two (the one it computes with and the one arriving). The ``memory`` scenario: 4 ranks, one head of 64 positions per
+rank and d = 16384, not causal, the same shape for every salt; a chunk of K and V is 8 MiB, the 64 × 64 scores 16
+KiB, so chunks dominate. The rank hands its only copies of q, k, v to the student's function (no clones), and
+records the first 16 columns of its output (the evidence). A rank passes when its peak (RssAnon + RssShmem above the
+fork, sampled every 2 ms from outside, meter.py) is at most the reference ranks' highest plus one chunk of K and V.
+Measured (2-core CPU, torch 2.13.0+cpu, load 1.6–7; MiB per rank):
 
-    reference ring         sent 48.0 MiB per rank   peak RSS above the start  92–108 MiB per rank   (1.4 s)
-    all-gather of K and V  sent 48.0 MiB per rank   peak RSS above the start 152 MiB per rank      (2.0 s)
+    ==================================================================  ===========  ==================
+    memory scenario                                                      peak         above the reference
+    ==================================================================  ===========  ==================
+    reference (running merge, K and V stacked, batch_isend_irecv)       48.2–50.1
+    correct styles (isend/irecv online softmax; blocking; f64 scores)    41–50        ≤ 0.1 chunk
+    ring that keeps every chunk it received (a ring's record)            64.4–65.8    2.0 chunks
+    all_gather, then merge chunk by chunk                                74–84        3–4 chunks
+    all_gather and concatenate, SDPA                                     96.4–96.5    5.8 chunks
+    ring keeping every partial output in float64, merged at the end     126–132      10 chunks
+    local attention only (no exchange)                                   21.7
+    ==================================================================  ===========  ==================
 
-The gap is about (N−2)·|K+V| plus the gather's concatenation (here 44 MiB, 2.8 chunks) and grows with N; a
-threshold relative to the reference's own peak in the same batch (e.g. reference + 1·|K+V|) separates them. At the
-graded sizes (a few KiB) the signal is lost in the allocator's noise: measure in a scenario of its own at this size.
-The grading scenarios cost 0.38–0.41 s per observation (all five, salts 1–3, load average 14).
+Keeping every partial output is as costly as a gather (an output of (c, d) is as large as a V chunk), so the exercise
+asks for a running merge and says so. The memory scenario takes 0.35–0.41 s on an idle machine (0.7–1.4 s at load
+5–7); the whole observation about 0.4 s before, 0.8 s now.
 """
 from ..protocol import Check, Exercise
 from . import cases, checks
@@ -50,7 +59,7 @@ EXERCISE = Exercise(
         Check("Right output on 3 ranks: three partial results merged with log-sum-exp", 2, checks.check_three_ranks),
         Check("Right causal output on 2 ranks (mask by global positions)", 2, checks.check_two_ranks_causal),
         Check("Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)", 2, checks.check_causal_ring),
-        Check("K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective", 2, checks.check_ring_traffic,
-              evidence=checks.TRAFFIC_SCENARIOS),
+        Check("K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory "
+              "measured outside your ranks)", 2, checks.check_ring_traffic, evidence=checks.METHOD_SCENARIOS),
     ],
 )

@@ -1,8 +1,8 @@
 """The checks of ``ring_attention``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import case, close, rank_results
-from .cases import ATOL, RTOL
+from ..reading import case, close, rank_results, scenario
+from .cases import ATOL, MEMORY_SLACK_CHUNKS, RTOL
 
 ABORTED_HINT = ("Every rank sends and receives K/V chunks of the same shape as its own k and v.")
 
@@ -53,17 +53,39 @@ def check_causal_ring(student, reference):
 
 
 TRAFFIC_SCENARIOS = ("two_ranks", "three_ranks")
+METHOD_SCENARIOS = (*TRAFFIC_SCENARIOS, "memory")
+MIB = 1 << 20
+
+
+def memory_problem(student, reference) -> str | None:
+    """Every rank's peak memory, measured outside it, within MEMORY_SLACK_CHUNKS chunks of K and V of the reference
+    ranks' highest: a ring holds the chunk it computes with and the one arriving, a gather all N."""
+    c = case(reference, "memory")
+    ranks_of(student, reference, "memory")
+    got = scenario(student, "memory", c["what"])["meter"]["peak_bytes"]
+    want = reference["scenarios"]["memory"]["meter"]["peak_bytes"]
+    if not isinstance(got, list) or len(got) != c["world_size"] or not all(isinstance(b, int | float) for b in got):
+        return f"When {c['what']}, the grader could not read the memory of every rank."
+    chunk = 2 * math.prod(c["lead"]) * c["chunk"] * c["d"] * 4  # K and V of one rank, float32
+    rank = max(range(len(got)), key=got.__getitem__)
+    extra = got[rank] - max(want)
+    if extra <= MEMORY_SLACK_CHUNKS * chunk:
+        return None
+    return (f"When {c['what']}, rank {rank} held {extra / chunk:.1f} chunks of K and V ({extra / MIB:.0f} MiB) more "
+            "than the reference's ranks at its peak (measured outside your process), as if it gathered them: hold "
+            "only the chunk you compute with and the one arriving, and merge each step's result into a running one.")
 
 
 def check_ring_traffic(student, reference):
-    """Sends only to r+1, receives only from r−1, (N−1)·(|K|+|V|) values each way, and no collective (read where
-    the outputs show the real computation: the scenarios without a mask)."""
+    """Sends only to r+1, receives only from r−1, (N−1)·(|K|+|V|) values each way, and no collective (the ranks'
+    own record, read where the outputs show the real computation: the scenarios without a mask), which shapes the
+    feedback; the points need the memory measured outside the ranks to agree (``memory_problem``)."""
     for key in TRAFFIC_SCENARIOS:
         c = case(reference, key)
         n = c["world_size"]
         chunk_values = 2 * math.prod(c["lead"]) * c["chunk"] * c["d"]  # K and V of one chunk
         for rank, r in enumerate(ranks_of(student, reference, key)):
-            others = sorted(kind for kind, count in r["collectives"].items() if int(count) and kind != "barrier")
+            others = sorted(str(kind) for kind, count in r["collectives"] if int(count) and kind != "barrier")
             if others:
                 return (f"When {c['what']}, rank {rank} used {', '.join(others)}: in ring attention K and V travel "
                         "by point-to-point messages only (send/recv, isend/irecv or batch_isend_irecv).")
@@ -77,7 +99,7 @@ def check_ring_traffic(student, reference):
                 steps = total / chunk_values
                 return (f"When {c['what']}, rank {rank} sent K and V {steps:.2g} times over, not N−1 = {n - 1} times: "
                         "one hop per step, and no send after the last step.")
-    return None
+    return memory_problem(student, reference)
 
 
 def outputs_are_genuine(got: dict, want: dict) -> str | None:
