@@ -382,10 +382,6 @@ class TensorParallelMLP(nn.Module):
     # Issue 25: the same, with the grader's profiler count replaced in the rank (it reports one all-reduce per pass):
     # the record in the student's process says what the student wants; the bytes measured outside it do not.
     "all_gather_with_a_forged_count": (_F_AND_G + '''
-import autograder.exercises.tensor_parallel_mlp.observe as _grader
-
-_grader.collectives = lambda prof: {"all_reduce": 1}
-
 
 class _GatherColumns(torch.autograd.Function):
     @staticmethod
@@ -403,6 +399,9 @@ class _GatherColumns(torch.autograd.Function):
 class TensorParallelMLP(nn.Module):
     def __init__(self, fc1, fc2):
         super().__init__()
+        import autograder.exercises.tensor_parallel_mlp.observe as grader
+
+        grader.collectives = lambda prof: {"all_reduce": 1}  # in the rank only (not where the cell is defined)
         rank, n = dist.get_rank(), dist.get_world_size()
         k = fc1.out_features // n
         block = slice(rank * k, (rank + 1) * k)

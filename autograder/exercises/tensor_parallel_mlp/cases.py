@@ -7,8 +7,7 @@ ROLES = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
 SCENARIOS = {  # name: (world size, what it is: the words after "when")
     "two_ranks": (2, "called on 2 ranks"),
     "three_ranks": (3, "called on 3 ranks"),
-    "traffic": (2, "called on 2 ranks with d_in = d_out = 64, h = 2048 and a batch of 512 (bytes on the loopback "
-                   "measured)"),
+    "traffic": (2, "called on 2 ranks with d_in = d_out = 64, h = 2048 and a batch of 512 (bytes measured)"),
 }
 PUBLIC_SIZES = {"d_in": 6, "per_rank": 4, "d_out": 3, "batch": 4}  # hidden size = per_rank × world size
 # The traffic scenario: Megatron's all-reduces carry (batch, d) = 128 KiB each way; an all-gather of the hidden

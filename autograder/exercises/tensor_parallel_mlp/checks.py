@@ -195,8 +195,8 @@ def traffic_problem(student, reference, phase: str) -> str | None:
         return None
     tensor = "the (batch, d_out) partial outputs in g" if phase == "forward" else "the (batch, d_in) input gradient in f"
     return (f"When {c['what']}, your ranks sent {ratio:.2g} times the reference's bytes in the {phase} pass "
-            f"(measured on the loopback, outside your process): the {phase} pass all-reduces {tensor} once, and "
-            "nothing else travels (no gather of activations or weights).")
+            f"(measured outside your process): it all-reduces {tensor} once, and nothing else travels (no gather of "
+            "activations or weights).")
 
 
 def check_forward_count(student, reference):
