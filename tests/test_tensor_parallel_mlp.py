@@ -51,8 +51,9 @@ def test_each_rank_holds_the_true_layers_only_in_its_own_block():
 
 
 def test_the_traffic_scenario_separates_all_reduce_from_gathers():
-    """Megatron's bytes per pass are an all-reduce of a (batch, d) tensor, far from what a gather of the hidden
-    activations or of the weights sends (TRAFFIC_RATIO has room on both sides)."""
+    """Megatron's bytes per pass are an all-reduce of a (batch, d) tensor (up to the loopback's other traffic: here
+    the machine's, in the grader's sandbox none), far from what a gather of the hidden activations or of the weights
+    sends (TRAFFIC_RATIO has room on both sides)."""
     ref = reference_observation(EX)
     c = ref["scenarios"]["traffic"]["case"]
     sent = checks.pass_bytes(ref["scenarios"]["traffic"]["meter"], c)
@@ -60,7 +61,7 @@ def test_the_traffic_scenario_separates_all_reduce_from_gathers():
     gather_h = (c["world_size"] - 1) * c["batch"] * c["hidden"] * 4
     gather_w = (c["world_size"] - 1) * c["hidden"] * (c["d_in"] + c["d_out"] + 1) * 4
     for phase in ("forward", "backward"):
-        assert all_reduce <= sent[phase] < all_reduce * 1.1, (phase, sent)
+        assert all_reduce <= sent[phase] < all_reduce * 1.2, (phase, sent)
     assert min(gather_h, gather_w) > 2 * cases.TRAFFIC_RATIO * sent["forward"]
 
 

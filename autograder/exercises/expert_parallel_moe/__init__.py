@@ -22,8 +22,8 @@ read on 2 and 3 ranks) lives in the student's process (issue 25: a replaced reco
 method check earns its points only when the bytes on the loopback agree. The ``traffic`` scenario: 4 ranks, 4
 experts (1 per rank), 256, 192, 320 and 256 tokens of d = 2048 (1.5–2.5 MiB per rank), experts Linear–Tanh–Linear
 of hidden width 16, the same sizes for every salt, no profiler (a per-token loop under it takes seconds). The rank
-records the first 8 columns of every row of its output and x.grad and its experts' gradient checksums (the evidence,
-against the dense MoE's). All-to-alls send each token that leaves its rank four times (dispatch and combine, forward
+records the sum of every row of its output and its experts' gradient checksums (the evidence, compared
+with the dense MoE's). All-to-alls send each token that leaves its rank four times (dispatch and combine, forward
 and backward): about 3·|tokens| here. Every gather sends about N times that or more: all tokens to every rank
 ((N−1)·|tokens|), their outputs back (an all-reduce or a reduce-scatter, which gloo runs as an all-reduce), and the
 same in the backward. A submission passes when the scenario's ``lo_bytes`` are within 2× of the reference's either way

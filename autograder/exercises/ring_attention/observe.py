@@ -7,8 +7,9 @@ import torch
 
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
-from ..observing import float32_data, tensor_data
-from ..ranks import observe_on_ranks, student_call
+from ..meter import SampleAtGates
+from ..observing import float32_data, observation, tensor_data
+from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call, trim_memory
 from .cases import FINGERPRINT_COLUMNS, cases
 
 
@@ -38,9 +39,13 @@ def full_attention(case: dict) -> list[list[float]]:
 
 class P2PLog:
     """Every point-to-point message of this rank: (peer, values). Patched on the process group's class after the
-    fork (dist.send/recv/isend/irecv and batch_isend_irecv all call these methods), so it dies with the rank."""
+    fork (dist.send/recv/isend/irecv and batch_isend_irecv all call these methods), so it dies with the rank.
 
-    def __init__(self):
+    ``gates``: before each send the rank hands its free heap pages back (they would count as held when the launching
+    process's heap lent them) and stops at a gate, where the launcher reads the memory it holds (meter.py): a ring
+    sends N−1 times, each time holding the chunk it sends and the buffer it receives into."""
+
+    def __init__(self, gates: bool = False):
         import torch.distributed as dist
 
         self.sends, self.recvs = [], []
@@ -48,6 +53,9 @@ class P2PLog:
 
         def logged_send(group, tensors, dst, *args, **kwargs):
             self.sends.append([int(dst), sum(int(t.numel()) for t in tensors)])
+            if gates:
+                trim_memory()
+                ask_gate("send", torch.zeros(1))
             return send(group, tensors, dst, *args, **kwargs)
 
         def logged_recv(group, tensors, src, *args, **kwargs):
@@ -77,7 +85,7 @@ def ring_rank(rank: int, world_size: int, fn, case: dict) -> dict:
     if not case["measure_memory"]:  # the memory scenario hands over its only copies: the launcher measures it
         q, k, v = q.clone(), k.clone(), v.clone()
     want = tuple(q.shape)
-    log = P2PLog()
+    log = P2PLog(gates=case["measure_memory"])
     with profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
         out = student_call(fn, q, k, v, is_causal=case["is_causal"])
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
@@ -101,9 +109,15 @@ def warm_profiler() -> None:
         torch.zeros(1).add_(1)
 
 
+def run_case(fn, case: dict) -> dict:
+    gates = SampleAtGates(case["world_size"]) if case["measure_memory"] else None
+    return run_on_ranks(ring_rank, case["world_size"], fn, case, gates=gates)
+
+
 def observe(fn, *, salt: int = 0) -> dict:
+    return_freed_memory()  # here too: the ranks inherit this process's heap, and would reuse its free chunks
     warm_profiler()
-    return observe_on_ranks(salt, cases(salt), ring_rank, fn)
+    return observation(salt, cases(salt), lambda case: run_case(fn, case))
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:

@@ -18,12 +18,14 @@ issue 25's "no sharding at all" steps a full optimizer kept out of the walk's re
 holding this rank's share of its state (11/11 before). So the state check earns its points only when the memory
 agrees: the ``memory`` scenario runs AdamW on 4 ranks over 8 tensors of 512 × 1024 float32 (16 MiB of parameters,
 the same on every rank; new seeded gradients written in place before each of 2 steps), and after each step every
-rank stops at a gate of the grader's loop where the launcher reads what it holds (``SampleAtGates``: RssAnon +
-RssShmem above the fork, meter.py). Between steps a sharded rank keeps 2·P/N of AdamW state, an unsharded one 2·P.
-The reference observation measures, in the same batch and the same way, the reference (the threshold's floor) and
-the plain unsharded AdamW on every rank (its ceiling, and the checksums of the parameters after both steps: the
-truth, which every rank must hold, so that no rank saves memory by skipping work). A rank passes when it holds at
-most the reference's most plus half their difference. Measured (2-core CPU, torch 2.13.0+cpu, load 1.2–4):
+rank hands its free heap pages back (malloc_trim: pages the launching process's heap lent it would count as held,
++16 MiB for the flat style once in a test session) and stops at a gate of the grader's loop where the launcher reads
+what it holds (``SampleAtGates``: RssAnon + RssShmem above the fork, meter.py). Between steps a sharded rank keeps
+2·P/N of AdamW state, an unsharded one 2·P. The reference observation measures, in the same batch and the same way,
+the reference (the threshold's floor) and the plain unsharded AdamW on every rank (its ceiling, and the checksums of
+the parameters after both steps: the truth, which every rank must hold, so that no rank saves memory by skipping
+work). A rank passes when it holds at most the reference's most plus half their difference. Measured (2-core CPU,
+torch 2.13.0+cpu, load 1.2–4):
 
     =====================================================  ==========================  =============================
     per rank, MiB above the fork                            held after steps 1, 2       peak over the scenario

@@ -20,30 +20,30 @@ gradients, sliced per rank, which the checks compare with.
 
 Method ("one all-reduce each way"), measured outside the ranks. The profiler's count lives in the student's process
 (issue 25 replaced it: an all-gather TP scored 12/12), so the count checks earn their points only when the bytes on
-the loopback agree. The ``traffic`` scenario: 2 ranks, d_in = d_out = 64, h = 2048, a batch of 512, the same sizes
+the loopback agree. The ``traffic`` scenario: 2 ranks, d_in = d_out = 64, h = 4096, a batch of 1024, the same sizes
 for every salt; between forward and backward each rank stops at a gate where the launcher reads the loopback's
 transmit counter (``SampleAtGates``): the forward's bytes are the reading when the first rank arrives (the others
 have not started their backward), the backward's the rest of the scenario's ``lo_bytes``. Each pass must send
 within 1.5× of the reference's, measured the same way. Its evidence: every rank's first rows of the output (and,
-for the backward check, of x.grad) are the single-process MLP's. Measured (2-core CPU, torch 2.13.0+cpu, load
-1.7–3.3; KiB sent on the loopback by both ranks, the forward's including about 5 KiB of the process group's start):
+for the backward check, of x.grad) are the single-process MLP's. Measured in a network namespace of its own, as in
+the grader's sandbox (2-core CPU, torch 2.13.0+cpu, load 3.8–4.2; KiB sent on the loopback by both ranks, the
+forward's including 4–20 KiB of the process group's start):
 
-    =============================================================  ===========  ============  =========
-    traffic scenario                                                forward      backward      x ref.
-    =============================================================  ===========  ============  =========
-    reference and the correct styles (all_reduce, async, addmm)     263–264      259           1.00
-    all-gather of h and of fc2's columns (forged count or not)      4,624        259           17.5, 1.0
-    all-gather of the weights, the whole MLP on every rank          1,043–1,074  0.5           4.0, 0.00
-    issue 25's full MLP with all_reduce(zeros(1))                    5.7          1.3           0.02
-    f and g as Megatron's, missing backward all-reduce               263          0.6           1.0, 0.00
-    =============================================================  ===========  ============  =========
+    =============================================================  ===========  ============  ==============
+    traffic scenario                                                forward      backward      x reference
+    =============================================================  ===========  ============  ==============
+    reference and the correct styles (all_reduce, async, addmm)     502–520      515–534       0.97–1.03
+    all-gather of h and of fc2's columns (forged count or not)      17,437       516           34, 1.0
+    all-gather of the weights, the whole MLP on every rank          2,075        0.4           4.0, 0.00
+    issue 25's full MLP with all_reduce(zeros(1))                    5.0          1.2           0.01
+    f and g as Megatron's, missing backward all-reduce              520          0.6           1.0, 0.00
+    =============================================================  ===========  ============  ==============
 
 An all-reduce of B values on 2 ranks sends 2·B·4 bytes (gloo's ring) plus about 0.3 KiB; a gather of the hidden
-activations sends (N−1)·batch·h·4, of the weights (N−1)·h·(d_in + d_out + 1)·4: 16× and 4× the all-reduce here (h over
-d_out and h over the batch). The scenario costs about 0.07–0.27 s; an observation 0.25 s before, 0.5 s now (load 2–3).
-
-Not allowed: ``torch.distributed.tensor`` (``parallelize_module``, DTensor). It does the whole exercise for
-you; a module whose parameters or output are DTensors earns no points (the lesson says so).
+activations sends (N−1)·batch·h·4, of the weights (N−1)·h·(d_in + d_out + 1)·4: 32× and 4× the all-reduce here
+(h / 2·d_out and h / batch). On a shared host the loopback also carries other processes' traffic (once, at load 7,
+another engineer's runs added 30 MB to a correct forward pass); the grader's sandbox has its own. The scenario
+costs 0.13–0.22 s (load 4); an observation about 0.25 s before, 0.45 s now.
 """
 from ..protocol import Check, Exercise
 from . import cases, checks

@@ -7,14 +7,14 @@ ROLES = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
 SCENARIOS = {  # name: (world size, what it is: the words after "when")
     "two_ranks": (2, "called on 2 ranks"),
     "three_ranks": (3, "called on 3 ranks"),
-    "traffic": (2, "called on 2 ranks with d_in = d_out = 64, h = 2048 and a batch of 512 (bytes measured)"),
+    "traffic": (2, "called on 2 ranks with d_in = d_out = 64, h = 4096 and a batch of 1024 (bytes measured)"),
 }
 PUBLIC_SIZES = {"d_in": 6, "per_rank": 4, "d_out": 3, "batch": 4}  # hidden size = per_rank × world size
-# The traffic scenario: Megatron's all-reduces carry (batch, d) = 128 KiB each way; an all-gather of the hidden
-# activations (batch, h) carries 16 times that, an all-gather of the weights (h, d) ×2 four times (h/batch).
-TRAFFIC_SIZES = {"d_in": 64, "per_rank": 1024, "d_out": 64, "batch": 512}
-TRAFFIC_RATIO = 1.5     # bytes of a pass within this factor of the reference's (measured: 1.00; gathers 4–17)
-FINGERPRINT_ROWS = 8    # rows of the traffic scenario's output and x.grad kept (the evidence of real work)
+# The traffic scenario: Megatron's all-reduces carry (batch, d) = 256 KiB each way (512 KiB on the loopback, 2 ranks);
+# an all-gather of the hidden activations (batch, h) sends 32 times that, an all-gather of the weights 4 times.
+TRAFFIC_SIZES = {"d_in": 64, "per_rank": 2048, "d_out": 64, "batch": 1024}
+TRAFFIC_RATIO = 1.5     # bytes of a pass within this factor of the reference's (measured: 0.97–1.03; gathers 4–33)
+FINGERPRINT_ROWS = 4    # rows of the traffic scenario's output and x.grad kept (the evidence of real work)
 
 
 def cases(salt: int) -> dict[str, dict]:

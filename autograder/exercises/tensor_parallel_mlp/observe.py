@@ -8,7 +8,7 @@ import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (K
 
 from ..meter import SampleAtGates
 from ..observing import float32_data, observation, tensor_data
-from ..ranks import ask_gate, run_on_ranks, student_call
+from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call
 from .cases import FINGERPRINT_ROWS, cases
 
 
@@ -156,6 +156,7 @@ def run_case(fn, case: dict) -> dict:
 
 
 def observe(fn, *, salt: int = 0) -> dict:
+    return_freed_memory()  # here too: the ranks inherit this process's heap, and would reuse its free chunks
     warm_profiler()
     return observation(salt, cases(salt), lambda case: run_case(fn, case))
 
