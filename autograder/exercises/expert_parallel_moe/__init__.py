@@ -41,7 +41,8 @@ load 3–22; MiB on the loopback over the scenario, all ranks):
     all-gather of the tokens + reduce-scatter of the outputs                  150         6.3
     =======================================================================  ==========  ==========
 
-The traffic scenario takes about 0.3 s at load 3; an observation 0.35 s before, 0.65 s now.
+The traffic scenario takes about 0.3 s at load 3; one observation took 0.48 s (median 0.54) before, 0.53 s
+(0.90) after (side by side, the same machine, load 4–5; the fastest of 12, then the median).
 """
 from ..protocol import Check, Exercise
 from . import cases, checks

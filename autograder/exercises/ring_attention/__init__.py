@@ -52,7 +52,8 @@ Measured (2-core CPU, torch 2.13.0+cpu, load 4–7; MiB per rank; a chunk of K a
 
 Keeping every partial output is as costly as a gather (an output of (c, d) is as large as a V chunk), so the exercise
 asks for a running merge and says so. The memory scenario takes 0.35–0.41 s on an idle machine (0.5–1.4 s at load
-4–7); the whole observation about 0.4 s before, 0.8 s now.
+4–7); one observation took 0.50 s (median 0.55) before, 0.65 s (0.98) after
+(side by side, the same machine, load 4–5; the fastest of 12, then the median).
 """
 from ..protocol import Check, Exercise
 from . import cases, checks

@@ -42,7 +42,8 @@ Why held between steps and not the peak: the flat style's all-gather needs full-
 the unsharded one's), yet it keeps 1/N of the state; the gates read what a rank keeps. Why 4 ranks: a flat style
 keeps a copy of its shard and the shard's gradient (2·P/N more than the reference), which at 2 ranks is exactly the
 unsharded optimizer's extra. Cost: the memory scenario takes 0.3–0.4 s (4 ranks), the reference's unsharded run as
-much again; the whole observation 0.5–0.6 s against 0.28 s before (load 1.2–4).
+much again; one observation took 0.28 s (median 0.37) before, 0.68 s (0.94) after
+(side by side, the same machine, load 4–5; the fastest of 12, then the median).
 
 Not allowed: using ``torch.distributed.optim.ZeroRedundancyOptimizer`` (as the class or inside it). The exercise
 is to write the sharding; the lesson measures torch's version next to the student's. Such a submission fails

@@ -43,7 +43,8 @@ An all-reduce of B values on 2 ranks sends 2·B·4 bytes (gloo's ring) plus abou
 activations sends (N−1)·batch·h·4, of the weights (N−1)·h·(d_in + d_out + 1)·4: 32× and 4× the all-reduce here
 (h / 2·d_out and h / batch). On a shared host the loopback also carries other processes' traffic (once, at load 7,
 another engineer's runs added 30 MB to a correct forward pass); the grader's sandbox has its own. The scenario
-costs 0.13–0.22 s (load 4); an observation about 0.25 s before, 0.45 s now.
+costs 0.13–0.22 s (load 4); one observation took 0.17 s (median 0.21) before, 0.22 s (0.39) after
+(side by side, the same machine, load 4–5; the fastest of 12, then the median).
 """
 from ..protocol import Check, Exercise
 from . import cases, checks
