@@ -26,7 +26,12 @@ EX, NB = "ExpertParallelMoE", "08_multidim_parallel.ipynb"
 @pytest.mark.parametrize("salt", [0, 1])
 def test_reference_is_the_dense_moe_and_uses_all_to_all_only(salt):
     ref = reference_observation(EX, salt)
+    traffic = ref["scenarios"]["traffic"]
+    assert checks.moe_really_ran(traffic, traffic) is None
+    assert checks.fingerprint_problem(traffic["ranks"], traffic) is None
     for name, observed in ref["scenarios"].items():
+        if name == "traffic":
+            continue
         c, dense = observed["case"], ref["dense"][name]
         per_rank = c["experts"] // c["world_size"]
         ranks = observed["ranks"]
@@ -39,6 +44,26 @@ def test_reference_is_the_dense_moe_and_uses_all_to_all_only(salt):
             assert (len(r["forward"]), len(r["backward"])) == (3, 2), (name, rank)
         total = [sum(r["router_grad"][i] for r in ranks) for i in range(len(ranks[0]["router_grad"]))]
         assert checks.close(total, dense["router_grad"], atol=1e-5), name
+
+
+def test_the_traffic_scenario_is_the_tokens_all_to_all():
+    """The reference's bytes on the loopback are its tokens' all-to-alls (each token that leaves its rank, four times:
+    dispatch and combine, forward and backward), within a few percent. The thriftiest gather (every token to every
+    rank, the outputs back by reduce-scatter, the same in the backward) sends about N times that: the threshold,
+    TRAFFIC_RATIO, lies halfway (geometrically) between them."""
+    ref = reference_observation(EX)
+    c = ref["scenarios"]["traffic"]["case"]
+    router, _ = observe.make_layers(c)
+    per_rank = c["experts"] // c["world_size"]
+    leaving = 0
+    for rank in range(c["world_size"]):
+        x, _ = observe.rank_tokens(c, rank)
+        leaving += int((router(x).argmax(-1) // per_rank != rank).sum())
+    all_to_alls = 4 * leaving * c["d"] * 4
+    sent = ref["scenarios"]["traffic"]["meter"]["lo_bytes"]
+    assert all_to_alls <= sent < 1.05 * all_to_alls, (sent, all_to_alls)
+    gather = 4 * (c["world_size"] - 1) * sum(c["tokens"]) * c["d"] * 4
+    assert gather > 1.9 * cases.TRAFFIC_RATIO * sent, (gather, sent)
 
 
 def test_the_skewed_scenario_leaves_the_last_rank_idle():

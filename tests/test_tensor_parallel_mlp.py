@@ -25,14 +25,44 @@ EX, NB = "TensorParallelMLP", "04_model_pipeline_parallel.ipynb"
 
 def test_reference_equals_the_single_process_mlp():
     ref = reference_observation(EX)
-    for name in cases.SCENARIOS:
+    for name in ("two_ranks", "three_ranks"):
         single = ref["single"][name]
         for rank, r in enumerate(ref["scenarios"][name]["ranks"]):
             assert checks.close(r["output"], single["output"], atol=1e-6), (name, rank)
             assert checks.close(r["x_grad"], single["x_grad"], atol=1e-6), (name, rank)
             for role in cases.ROLES:
                 assert checks.close(r["shards"][role]["grad"], single["shards"][rank][role]["grad"], atol=1e-6)
-            assert r["forward"] == {"all_reduce": 1} and r["backward"] == {"all_reduce": 1}, (name, rank)
+            assert r["forward"] == [["all_reduce", 1]] and r["backward"] == [["all_reduce", 1]], (name, rank)
+    traffic = ref["scenarios"]["traffic"]
+    assert checks.fingerprint_problem(traffic, traffic, "output") is None
+    assert checks.fingerprint_problem(traffic, traffic, "x_grad") is None
+
+
+def test_each_rank_holds_the_true_layers_only_in_its_own_block():
+    """Inputs that require the method: the whole MLP run on one rank's layers is wrong; its own block is right."""
+    c = cases.cases(0)["two_ranks"]
+    fc1, fc2, x, _ = observe.make_problem(c)
+    for rank in range(c["world_size"]):
+        mine = slice(rank * c["per_rank"], (rank + 1) * c["per_rank"])
+        held1, held2, held_x, _ = observe.make_problem(c, rank)
+        assert torch.equal(held1.weight[mine], fc1.weight[mine]) and torch.equal(held2.weight[:, mine], fc2.weight[:, mine])
+        assert torch.equal(held2.bias, fc2.bias) and torch.equal(held_x, x)
+        assert not torch.allclose(held2(torch.nn.functional.gelu(held1(x))), fc2(torch.nn.functional.gelu(fc1(x))))
+
+
+def test_the_traffic_scenario_separates_all_reduce_from_gathers():
+    """Megatron's bytes per pass are an all-reduce of a (batch, d) tensor (up to the loopback's other traffic: here
+    the machine's, in the grader's sandbox none), far from what a gather of the hidden activations or of the weights
+    sends (TRAFFIC_RATIO has room on both sides)."""
+    ref = reference_observation(EX)
+    c = ref["scenarios"]["traffic"]["case"]
+    sent = checks.pass_bytes(ref["scenarios"]["traffic"]["meter"], c)
+    all_reduce = 2 * (c["world_size"] - 1) * c["batch"] * c["d_out"] * 4  # gloo's ring: 2(N−1)/N of it per rank
+    gather_h = (c["world_size"] - 1) * c["batch"] * c["hidden"] * 4
+    gather_w = (c["world_size"] - 1) * c["hidden"] * (c["d_in"] + c["d_out"] + 1) * 4
+    for phase in ("forward", "backward"):
+        assert all_reduce <= sent[phase] < all_reduce * 1.2, (phase, sent)
+    assert min(gather_h, gather_w) > 2 * cases.TRAFFIC_RATIO * sent["forward"]
 
 
 def _collectives_seen(rank, world_size):

@@ -252,6 +252,77 @@ class ExpertParallelMoE(nn.Module):
         my_probs = self.router(x).softmax(-1)
         return my_probs.gather(-1, expert[mine][:, None]) * out[mine]
 ''', ["all-to-all"]),
+    # Issue 25: the same gather, with the grader's record of collectives replaced in the rank (it reports the
+    # reference's all-to-alls): only the bytes measured outside the ranks tell.
+    "all_gather_with_a_forged_record": ('''
+import torch.distributed.nn.functional as dist_nn
+
+
+class ExpertParallelMoE(nn.Module):
+    def __init__(self, router, experts):
+        super().__init__()
+        import autograder.exercises.expert_parallel_moe.observe as grader
+
+        # in the rank only (not where the cell is defined): the reference's all-to-alls
+        grader.collectives = lambda prof: [["all_to_all", 4], ["all_to_all", 64], ["all_to_all", 64]]
+        n, r = dist.get_world_size(), dist.get_rank()
+        self.per = len(experts) // n
+        self.first = r * self.per
+        self.router = router
+        self.mine = experts[self.first:self.first + self.per]
+
+    def forward(self, x):
+        n, r = dist.get_world_size(), dist.get_rank()
+        sizes = [torch.zeros(1, dtype=torch.long) for _ in range(n)]
+        dist.all_gather(sizes, torch.tensor([len(x)]))
+        sizes = [int(s) for s in sizes]
+        longest = max(sizes)
+        padded = torch.cat([x, x.new_zeros((longest - len(x), x.shape[1]))])
+        everyone = torch.cat([part[:size] for part, size in zip(dist_nn.all_gather(padded), sizes)])
+        probs = self.router(everyone).softmax(-1)
+        expert = probs.argmax(-1)
+        out = torch.zeros_like(everyone)
+        for j, module in enumerate(self.mine):
+            hit = expert == self.first + j
+            out = out.masked_scatter(hit[:, None], module(everyone[hit]))
+        out = dist_nn.all_reduce(out)
+        start = sum(sizes[:r])
+        mine = slice(start, start + len(x))
+        my_probs = self.router(x).softmax(-1)
+        return my_probs.gather(-1, expert[mine][:, None]) * out[mine]
+''', ["all-to-all"]),
+    # Value-correct, the thriftiest gather: every token to every rank, each rank's experts' outputs back to the tokens'
+    # ranks by reduce-scatter (and the same in the backward): about N times the all-to-alls' bytes.
+    "all_gather_and_reduce_scatter": ('''
+import torch.distributed.nn.functional as dist_nn
+
+
+class ExpertParallelMoE(nn.Module):
+    def __init__(self, router, experts):
+        super().__init__()
+        n, r = dist.get_world_size(), dist.get_rank()
+        self.per = len(experts) // n
+        self.first = r * self.per
+        self.router = router
+        self.mine = experts[self.first:self.first + self.per]
+
+    def forward(self, x):
+        n = dist.get_world_size()
+        sizes = [torch.zeros(1, dtype=torch.long) for _ in range(n)]
+        dist.all_gather(sizes, torch.tensor([len(x)]))
+        longest = max(int(s) for s in sizes)
+        padded = torch.cat([x, x.new_zeros((longest - len(x), x.shape[1]))])
+        everyone = torch.cat(dist_nn.all_gather(padded))  # n blocks of `longest` rows, padding included
+        probs = self.router(everyone).softmax(-1)
+        expert = probs.argmax(-1)
+        out = torch.zeros_like(everyone)
+        for j, module in enumerate(self.mine):
+            hit = expert == self.first + j
+            out = out.masked_scatter(hit[:, None], module(everyone[hit]))
+        mine = dist_nn.reduce_scatter(torch.empty_like(padded), list(out.split(longest)))[:len(x)]
+        my_probs = self.router(x).softmax(-1)
+        return my_probs.gather(-1, my_probs.argmax(-1, keepdim=True)) * mine
+''', ["all-to-all"]),
     # Runs every token on this rank's copy of its expert: only the owner's copy is real, so the values are wrong.
     "computes_every_expert_locally": ('''
 class ExpertParallelMoE(nn.Module):

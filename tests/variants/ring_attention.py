@@ -17,7 +17,7 @@ def ring_attention(q, k, v, is_causal=False):
     lse = torch.full(q.shape[:-1], float("-inf"))
     q_pos = rank * chunk + torch.arange(chunk)
     kv = torch.stack([k, v])
-    outs = []
+    outs = []  # every block's output, kept only where the result needs them
     for step in range({steps}):
         if step < n - 1:
             incoming = torch.empty_like(kv)
@@ -32,7 +32,7 @@ def ring_attention(q, k, v, is_causal=False):
                 scores = scores.masked_fill(future, float("-inf"))
             block_lse = scores.logsumexp(dim=-1)
             block_out = scores.softmax(dim=-1) @ kv[1]
-            outs.append(block_out)
+            {keep_output}
             new_lse = torch.logaddexp(lse, block_lse)
             out = out * (lse - new_lse).exp().unsqueeze(-1) + block_out * (block_lse - new_lse).exp().unsqueeze(-1)
             lse = new_lse
@@ -46,8 +46,9 @@ def ring_attention(q, k, v, is_causal=False):
 
 def _ring(*, scale="1.0 / math.sqrt(q.size(-1))", steps="n", send_to="(rank + 1) % n", recv_from="(rank - 1) % n",
           source="(rank - step) % n", future="k_pos[None, :] > q_pos[:, None]", result="out") -> str:
+    keep_output = "outs.append(block_out)" if "outs" in result else "pass"
     return _RING.format(scale=scale, steps=steps, send_to=send_to, recv_from=recv_from, source=source, future=future,
-                        result=result)
+                        result=result, keep_output=keep_output)
 
 
 CORRECT = {
@@ -131,33 +132,38 @@ def ring_attention(q, k, v, is_causal=False):
             held = _exchange(held, rank, world)
     return result
 ''',
-    "merge_all_partials_at_the_end_float64": '''
+    "scores_in_float64_exchange_after_computing": '''
 import torch.nn.functional as F
 
 
 def ring_attention(q, k, v, is_causal=False):
+    # Scores and their softmax in float64 (they are small: c × c); the ring's exchange after each step's work.
     n, me = dist.get_world_size(), dist.get_rank()
     L = q.shape[-2]
-    qd = q.double()
-    parts, norms = [], []
+    result, norm = None, None
     kv = torch.stack((k, v)).contiguous()
     for i in range(n):
         j = (me - i) % n
         if not is_causal or j <= me:
-            scores = qd @ kv[0].double().transpose(-1, -2) * q.shape[-1] ** -0.5
+            scores = (q @ kv[0].transpose(-1, -2)).double() * q.shape[-1] ** -0.5
             if is_causal and j == me:
                 scores.masked_fill_(torch.ones(L, L, dtype=torch.bool).triu(diagonal=1), -float("inf"))
-            norms.append(torch.logsumexp(scores, -1))
-            parts.append(F.softmax(scores, -1) @ kv[1].double())
+            block_norm = torch.logsumexp(scores, -1)
+            block = F.softmax(scores, -1).float() @ kv[1]
+            if result is None:
+                result, norm = block, block_norm
+            else:
+                merged = torch.logaddexp(norm, block_norm)
+                result = (norm - merged).exp().float().unsqueeze(-1) * result + \\
+                    (block_norm - merged).exp().float().unsqueeze(-1) * block
+                norm = merged
         if i < n - 1:
             buffer = torch.zeros_like(kv)
             ops = [dist.P2POp(dist.irecv, buffer, (me - 1) % n), dist.P2POp(dist.isend, kv, (me + 1) % n)]
             for op in dist.batch_isend_irecv(ops):
                 op.wait()
             kv = buffer
-    norms = torch.stack(norms)
-    weights = torch.exp(norms - torch.logsumexp(norms, 0)).unsqueeze(-1)
-    return (weights * torch.stack(parts)).sum(0).to(q.dtype)
+    return result
 ''',
 }
 
@@ -197,6 +203,64 @@ def ring_attention(q, k, v, is_causal=False):
     if is_causal:
         mask = (torch.arange(n * c)[None, :] <= (r * c + torch.arange(c))[:, None])
     return F.scaled_dot_product_attention(q, torch.cat(ks, -2), torch.cat(vs, -2), attn_mask=mask)
+''', ["travel the ring"]),
+    # Value-correct, a ring, but every step's partial result (in float64) is kept and merged at the end: a rank holds
+    # N partial outputs, as large as the K/V chunks, and float64 copies. The exercise asks for a running merge.
+    "merge_all_partials_at_the_end_float64": ('''
+import torch.nn.functional as F
+
+
+def ring_attention(q, k, v, is_causal=False):
+    n, me = dist.get_world_size(), dist.get_rank()
+    L = q.shape[-2]
+    qd = q.double()
+    parts, norms = [], []
+    kv = torch.stack((k, v)).contiguous()
+    for i in range(n):
+        j = (me - i) % n
+        if not is_causal or j <= me:
+            scores = qd @ kv[0].double().transpose(-1, -2) * q.shape[-1] ** -0.5
+            if is_causal and j == me:
+                scores.masked_fill_(torch.ones(L, L, dtype=torch.bool).triu(diagonal=1), -float("inf"))
+            norms.append(torch.logsumexp(scores, -1))
+            parts.append(F.softmax(scores, -1) @ kv[1].double())
+        if i < n - 1:
+            buffer = torch.zeros_like(kv)
+            ops = [dist.P2POp(dist.irecv, buffer, (me - 1) % n), dist.P2POp(dist.isend, kv, (me + 1) % n)]
+            for op in dist.batch_isend_irecv(ops):
+                op.wait()
+            kv = buffer
+    norms = torch.stack(norms)
+    weights = torch.exp(norms - torch.logsumexp(norms, 0)).unsqueeze(-1)
+    return (weights * torch.stack(parts)).sum(0).to(q.dtype)
+''', ["travel the ring"]),
+    # Value-correct, the ring's messages and merge, but every chunk received is kept to the end (a list of all of
+    # them): a rank holds N chunks of K and V, as an all-gather leaves them. Its record of messages is the ring's;
+    # only its memory, measured outside the rank, tells.
+    "ring_that_keeps_every_chunk": (_ring().replace("    outs = []", "    kept = [kv]\n    outs = []").replace(
+        "            kv = incoming", "            kv = incoming\n            kept.append(kv)"), ["travel the ring"]),
+    # Value-correct, K and V gathered (all_gather), then merged chunk by chunk without concatenating them.
+    "all_gather_then_merge_chunk_by_chunk": ('''
+def ring_attention(q, k, v, is_causal=False):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    c, scale = q.size(-2), 1.0 / math.sqrt(q.size(-1))
+    kv = torch.stack([k, v])
+    chunks = [torch.empty_like(kv) for _ in range(n)]
+    dist.all_gather(chunks, kv)
+    out, lse = torch.zeros_like(q), torch.full(q.shape[:-1], float("-inf"))
+    q_pos = rank * c + torch.arange(c)
+    for j, (keys, values) in enumerate(chunks):
+        if is_causal and j > rank:
+            continue  # entirely in the future
+        scores = (q @ keys.transpose(-2, -1)) * scale
+        if is_causal:
+            scores = scores.masked_fill(j * c + torch.arange(c)[None, :] > q_pos[:, None], float("-inf"))
+        block_lse = scores.logsumexp(dim=-1)
+        new_lse = torch.logaddexp(lse, block_lse)
+        out = out * (lse - new_lse).exp().unsqueeze(-1) + \\
+            (scores.softmax(dim=-1) @ values) * (block_lse - new_lse).exp().unsqueeze(-1)
+        lse = new_lse
+    return out
 ''', ["travel the ring"]),
     "deadlocks_on_three_ranks": (_ring().replace("        source = (rank - step) % n", '''        if n == 3 and rank == 2:
             dist.recv(torch.zeros(1), src=0)  # a message rank 0 never sends

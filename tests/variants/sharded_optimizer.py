@@ -199,6 +199,51 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None, **kwargs):
         return self.full.step(closure, **kwargs)  # the same step on every rank: no sharding
 ''', ["1/N"]),
+    # Issue 25: no sharding at all (the same gradient on every rank lets every rank step everything), and a state that
+    # looks sharded: the full optimizer hides where the grader's walk over the object does not look, the local one
+    # shows only this rank's share of its state. Only the memory measured outside the rank tells.
+    "no_sharding_balanced_looking_state": ('''
+_hidden = {}  # id(optimizer) -> the full optimizer, out of the object's reach
+
+
+class ShardedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, optimizer_cls, **kwargs):
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.optimizer_cls, self.kwargs = optimizer_cls, kwargs
+        self.owner, self.load, self.local = {}, [0] * self.world_size, None
+        super().__init__(params, kwargs)
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        if id(self) in _hidden:
+            _hidden[id(self)].add_param_group(dict(group))
+        else:
+            _hidden[id(self)] = self.optimizer_cls([dict(group)], **self.kwargs)
+        mine = []
+        for p in sorted(group["params"], key=lambda p: p.numel(), reverse=True):
+            owner = min(range(self.world_size), key=lambda r: self.load[r])
+            self.owner[p] = owner
+            self.load[owner] += p.numel()
+            if owner == self.rank:
+                mine.append(p)
+        if mine:
+            local_group = {**{k: v for k, v in group.items() if k != "params"}, "params": mine}
+            if self.local is None:
+                self.local = self.optimizer_cls([local_group], **self.kwargs)
+            else:
+                self.local.add_param_group(local_group)
+
+    @torch.no_grad()
+    def step(self, closure=None, **kwargs):
+        full = _hidden[id(self)]
+        loss = full.step(closure, **kwargs)  # every parameter, on every rank
+        if self.local is not None:
+            for group in self.local.param_groups:
+                for p in group["params"]:
+                    self.local.state[p] = full.state[p]  # the owned share's state, shared: 1/N to the eye
+        return loss
+''', ["1/N"]),
     "never_shares_the_parameters": (_greedy(share="        pass"),
                                     ["AdamW", "SGD", "same parameters", "hyperparameters", "fewer parameter"]),
     "broadcasts_from_the_wrong_owner": (_greedy(share='''

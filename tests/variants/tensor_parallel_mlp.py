@@ -302,6 +302,156 @@ class TensorParallelMLP(torch.nn.Module):
     def forward(self, x):
         return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 ''', EVERY_CHECK),  # right answers, but no tensor parallelism: it earns nothing
+    # Issue 25: the whole MLP on every rank, with shard-shaped parameters (their gradients are right: the full
+    # weights are built around them) and an all-reduce of zeros(1) in each pass, for the profiler's count. The
+    # layers are true only in each rank's own block, so its outputs are wrong; its bytes are too few.
+    "full_mlp_with_shard_parameters_and_token_all_reduces": ('''
+import torch
+import torch.distributed as dist
+from torch import nn
+import torch.nn.functional as F
+
+
+class _Token(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y):
+        dist.all_reduce(torch.zeros(1))
+        return y.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        dist.all_reduce(torch.zeros(1))
+        return grad
+
+
+class TensorParallelMLP(nn.Module):
+    def __init__(self, fc1, fc2):
+        super().__init__()
+        rank, n = dist.get_rank(), dist.get_world_size()
+        k = fc1.out_features // n
+        self.block = slice(rank * k, (rank + 1) * k)
+        self.w1 = nn.Parameter(fc1.weight.detach()[self.block].clone())
+        self.b1 = nn.Parameter(fc1.bias.detach()[self.block].clone())
+        self.w2 = nn.Parameter(fc2.weight.detach()[:, self.block].clone())
+        self.b2 = nn.Parameter(fc2.bias.detach().clone())
+        self.full = [t.detach().clone() for t in (fc1.weight, fc1.bias, fc2.weight)]
+
+    def forward(self, x):
+        w1, b1, w2 = self.full
+        s = self.block
+        w1 = torch.cat([w1[:s.start], self.w1, w1[s.stop:]])
+        b1 = torch.cat([b1[:s.start], self.b1, b1[s.stop:]])
+        w2 = torch.cat([w2[:, :s.start], self.w2, w2[:, s.stop:]], dim=1)
+        return _Token.apply(F.linear(F.gelu(F.linear(x, w1, b1)), w2, self.b2))
+''', ["output equals", "x.grad equals", "on 3 ranks", "forward pass", "backward pass"]),
+    # Value-correct, but the forward gathers the hidden activations (and fc2's columns) instead of summing the
+    # partial outputs: the forward sends (batch, h) where Megatron sends (batch, d_out).
+    "all_gathers_the_hidden_activations": (_F_AND_G + '''
+
+class _GatherColumns(torch.autograd.Function):
+    """All-gather along the last dimension; every rank computes the same from the result, so the backward keeps
+    this rank's slice of the gradient (no communication)."""
+    @staticmethod
+    def forward(ctx, t):
+        n, rank = dist.get_world_size(), dist.get_rank()
+        parts = [torch.empty_like(t) for _ in range(n)]
+        dist.all_gather(parts, t.contiguous())
+        ctx.size, ctx.rank = t.shape[-1], rank
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[..., ctx.rank * ctx.size:(ctx.rank + 1) * ctx.size].contiguous()
+
+
+class TensorParallelMLP(nn.Module):
+    def __init__(self, fc1, fc2):
+        super().__init__()
+        rank, n = dist.get_rank(), dist.get_world_size()
+        k = fc1.out_features // n
+        block = slice(rank * k, (rank + 1) * k)
+        self.w1 = nn.Parameter(fc1.weight.detach()[block].clone())
+        self.b1 = nn.Parameter(fc1.bias.detach()[block].clone())
+        self.w2 = nn.Parameter(fc2.weight.detach()[:, block].clone())
+        self.b2 = nn.Parameter(fc2.bias.detach().clone())
+
+    def forward(self, x):
+        h = F.gelu(F.linear(F_.apply(x), self.w1, self.b1))
+        return F.linear(_GatherColumns.apply(h), _GatherColumns.apply(self.w2), self.b2)
+''', ["forward pass"]),
+    # Issue 25: the same, with the grader's profiler count replaced in the rank (it reports one all-reduce per pass):
+    # the record in the student's process says what the student wants; the bytes measured outside it do not.
+    "all_gather_with_a_forged_count": (_F_AND_G + '''
+
+class _GatherColumns(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t):
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t.contiguous())
+        ctx.size, ctx.rank = t.shape[-1], dist.get_rank()
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[..., ctx.rank * ctx.size:(ctx.rank + 1) * ctx.size].contiguous()
+
+
+class TensorParallelMLP(nn.Module):
+    def __init__(self, fc1, fc2):
+        super().__init__()
+        import autograder.exercises.tensor_parallel_mlp.observe as grader
+
+        grader.collectives = lambda prof: {"all_reduce": 1}  # in the rank only (not where the cell is defined)
+        rank, n = dist.get_rank(), dist.get_world_size()
+        k = fc1.out_features // n
+        block = slice(rank * k, (rank + 1) * k)
+        self.w1 = nn.Parameter(fc1.weight.detach()[block].clone())
+        self.b1 = nn.Parameter(fc1.bias.detach()[block].clone())
+        self.w2 = nn.Parameter(fc2.weight.detach()[:, block].clone())
+        self.b2 = nn.Parameter(fc2.bias.detach().clone())
+
+    def forward(self, x):
+        h = F.gelu(F.linear(F_.apply(x), self.w1, self.b1))
+        return F.linear(_GatherColumns.apply(h), _GatherColumns.apply(self.w2), self.b2)
+''', ["forward pass"]),
+    # Value-correct, but the ranks gather the weights (their true blocks) and each runs the whole MLP: no
+    # communication of activations at all, and none in the backward.
+    "gathers_the_weights": ('''
+import torch
+import torch.distributed as dist
+from torch import nn
+import torch.nn.functional as F
+
+
+class _Gather(torch.autograd.Function):
+    """All-gather along dimension ``dim``; the backward keeps this rank's slice (every rank computes the same)."""
+    @staticmethod
+    def forward(ctx, t, dim):
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t.contiguous())
+        ctx.dim, ctx.size, ctx.rank = dim, t.shape[dim], dist.get_rank()
+        return torch.cat(parts, dim=dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.narrow(ctx.dim, ctx.rank * ctx.size, ctx.size).contiguous(), None
+
+
+class TensorParallelMLP(nn.Module):
+    def __init__(self, fc1, fc2):
+        super().__init__()
+        rank, n = dist.get_rank(), dist.get_world_size()
+        k = fc1.out_features // n
+        block = slice(rank * k, (rank + 1) * k)
+        self.w1 = nn.Parameter(fc1.weight.detach()[block].clone())
+        self.b1 = nn.Parameter(fc1.bias.detach()[block].clone())
+        self.w2 = nn.Parameter(fc2.weight.detach()[:, block].clone())
+        self.b2 = nn.Parameter(fc2.bias.detach().clone())
+
+    def forward(self, x):
+        w1, b1, w2 = _Gather.apply(self.w1, 0), _Gather.apply(self.b1, 0), _Gather.apply(self.w2, 1)
+        return F.linear(F.gelu(F.linear(x, w1, b1)), w2, self.b2)
+''', ["forward pass", "backward pass"]),
     "not_implemented": ('''
 import torch
 from torch import nn

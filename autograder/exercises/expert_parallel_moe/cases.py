@@ -9,12 +9,18 @@ SCENARIOS = {  # name: (world size, experts, router biased towards the first exp
     "three_ranks_skewed": (3, 6, True, "called on 3 ranks (6 experts) with a router that sends most tokens to the "
                                        "first experts and none to the last rank's"),
     "four_ranks": (4, 4, False, "called on 4 ranks (4 experts, 1 per rank)"),
+    "traffic": (4, 4, False, "called on 4 ranks with 192 to 320 tokens of d = 2048 each (bytes measured)"),
 }
 PUBLIC_SIZES = {  # tokens per rank, d, expert hidden width
     "two_ranks": ([5, 9], 8, 12),
     "three_ranks_skewed": ([7, 3, 10], 8, 10),
     "four_ranks": ([4, 6, 3, 5], 6, 8),
+    "traffic": ([256, 192, 320, 256], 2048, 16),
 }
+# The traffic scenario: a rank's tokens are 1.5 to 2.5 MiB, the experts thin (hidden 16), so tokens dominate the
+# bytes on the loopback. The same sizes for every salt (its bytes are compared with the reference's).
+TRAFFIC_RATIO = 2.0       # the scenario's bytes within this factor of the reference's (measured: 1.0–1.2; gathers 4–6)
+ROW_SUM_ATOL = 1e-3       # the traffic scenario's evidence, per-row sums over d = 2048: round-off ~1e-5, a wrong row ~1
 SKEW = (2.5, 1.5)  # added to the router's bias of experts 0 and 1
 IDLE = -20.0       # added to the bias of the last rank's experts: that rank receives no token at all
 
@@ -24,7 +30,7 @@ def cases(salt: int) -> dict[str, dict]:
     seeds. d is larger than the number of experts, so a message of d values or more carries tokens, not counts."""
     found = {}
     for i, (name, (world_size, experts, skewed, words)) in enumerate(SCENARIOS.items()):
-        if salt == 0:
+        if salt == 0 or name == "traffic":
             tokens, d, hidden = PUBLIC_SIZES[name]
         else:
             rng = held_out_rng(salt, f"sizes of {name}")
@@ -33,5 +39,6 @@ def cases(salt: int) -> dict[str, dict]:
                 tokens = [rng.randint(2, 12) for _ in range(world_size)]
             d, hidden = rng.choice([8, 10, 12]), rng.randint(6, 14)
         found[name] = {"what": words, "world_size": world_size, "experts": experts, "skewed": skewed,
-                       "tokens": list(tokens), "d": d, "hidden": hidden, "seed": salted_seed(700 + i, salt)}
+                       "tokens": list(tokens), "d": d, "hidden": hidden, "seed": salted_seed(700 + i, salt),
+                       "measure_traffic": name == "traffic"}
     return found

@@ -1,7 +1,7 @@
 """The checks of ``ExpertParallelMoE``: plain Python on the observations (no torch here)."""
 
-from ..reading import case, close, max_abs_diff, rank_results
-from .cases import ATOL, RTOL
+from ..reading import case, close, max_abs_diff, rank_results, scenario
+from .cases import ATOL, ROW_SUM_ATOL, RTOL, TRAFFIC_RATIO
 
 ABORTED_HINT = ("in an all-to-all whose split sizes did not match between ranks: exchange the per-rank counts first, "
                 "and receive exactly what each rank sends you (output_split_sizes = the counts you received).")
@@ -105,11 +105,32 @@ def check_more_ranks(student, reference):
 
 
 METHOD_SCENARIOS = ("two_ranks", "three_ranks_skewed")
+EVIDENCE_SCENARIOS = (*METHOD_SCENARIOS, "traffic")
+MIB = 1 << 20
 NOT_FOR_TOKENS = ("all_gather", "all_reduce", "broadcast", "reduce_scatter", "gather", "scatter", "send", "recv")
 
 
+def traffic_problem(student, reference) -> str | None:
+    """The traffic scenario's bytes on the loopback (the launcher's counter, outside the ranks) within TRAFFIC_RATIO
+    of the reference's, either way."""
+    c = case(reference, "traffic")
+    ranks_of(student, reference, "traffic")
+    got = scenario(student, "traffic", c["what"])["meter"]["lo_bytes"]
+    want = reference["scenarios"]["traffic"]["meter"]["lo_bytes"]
+    if not isinstance(got, int | float) or got < 0:
+        return f"When {c['what']}, the grader could not read the bytes your ranks sent."
+    ratio = got / want
+    if 1 / TRAFFIC_RATIO <= ratio <= TRAFFIC_RATIO:
+        return None
+    return (f"When {c['what']}, your ranks sent {ratio:.2g} times the reference's bytes ({got / MIB:.0f} MiB, measured "
+            "outside your process): a token that leaves its rank travels by all-to-all to its expert and back, in "
+            "both passes; gathering every token on every rank sends about N times that.")
+
+
 def check_all_to_all(student, reference):
-    """Dispatch and combine are all-to-alls in the forward, and again in the backward; nothing else carries tokens."""
+    """Dispatch and combine are all-to-alls in the forward, and again in the backward; nothing else carries tokens
+    (the ranks' own record, which shapes the feedback). The points need the bytes measured outside the ranks to
+    agree (``traffic_problem``)."""
     for key in METHOD_SCENARIOS:
         c = case(reference, key)
         for rank, r in enumerate(ranks_of(student, reference, key)):
@@ -123,7 +144,7 @@ def check_all_to_all(student, reference):
                 if sum(str(kind) == "all_to_all" for kind, _ in ops) < 2:
                     return (f"When {c['what']}, rank {rank}'s {phase} pass ran fewer than two all-to-alls: dispatch "
                             "and combine are one each, in the forward and (as autograd functions) in the backward.")
-    return None
+    return traffic_problem(student, reference)
 
 
 def moe_really_ran(got: dict, want: dict) -> str | None:
@@ -133,9 +154,24 @@ def moe_really_ran(got: dict, want: dict) -> str | None:
     c = want["case"]
     if not isinstance(ranks, list) or len(ranks) != c["world_size"]:
         return f"when {c['what']}, the grader found no result from every rank."
+    if c["measure_traffic"]:
+        return fingerprint_problem(ranks, want)
     for r, w in zip(ranks, want["ranks"]):
         if not isinstance(r, dict) or not close(r.get("output"), w["output"], atol=ATOL, rtol=RTOL) or \
                 not isinstance(r.get("expert_grads"), list) or len(r["expert_grads"]) != len(w["expert_grads"]) or \
                 not all(close(g, h, atol=ATOL, rtol=RTOL) for g, h in zip(r["expert_grads"], w["expert_grads"])):
             return f"when {c['what']}, the outputs and experts' gradients are not the grader's problem's."
+    return None
+
+
+def fingerprint_problem(ranks: list, want: dict) -> str | None:
+    """The traffic scenario's evidence: every rank's output row sums and its experts' gradient checksums are the
+    dense MoE's."""
+    for r, w in zip(ranks, want["truth"]["ranks"]):
+        grads = r.get("expert_grads") if isinstance(r, dict) else None
+        if not close(r.get("output") if isinstance(r, dict) else None, w["output"], atol=ROW_SUM_ATOL, rtol=RTOL) or \
+                not isinstance(grads, list) or len(grads) != len(w["expert_grads"]) or \
+                not all(close(g, h, atol=ATOL + RTOL * max(abs(v) for v in h), rtol=RTOL)
+                        for g, h in zip(grads, w["expert_grads"])):
+            return f"when {want['case']['what']}, the outputs and experts' gradients are not the dense MoE's."
     return None

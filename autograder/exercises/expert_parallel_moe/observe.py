@@ -8,8 +8,8 @@ from torch import nn
 
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
-from ..observing import tensor_data
-from ..ranks import observe_on_ranks, student_call
+from ..observing import float32_data, tensor_data
+from ..ranks import observe_on_ranks, return_freed_memory, student_call
 from .cases import IDLE, SKEW, cases
 
 
@@ -49,10 +49,36 @@ def expert_grads(expert: nn.Module) -> list[float]:
             for v in (tensor_data(p.grad) if p.grad is not None else [0.0] * p.numel())]
 
 
-def dense_moe(case: dict) -> dict:
-    """The whole MoE in one process over all ranks' tokens, with the true experts: every rank's slice of the
-    output and of x.grad, every expert's gradient, the router's, the tokens per expert, and the output without
-    the gate (for feedback on a missing gate)."""
+def checksums(module: nn.Module) -> list[float]:
+    """A module's gradients in two numbers per parameter, its sum and its norm (zeros where no token reached it)."""
+    found = []
+    for p in module.parameters():
+        g = p.grad.detach().double() if p.grad is not None else torch.zeros(1, dtype=torch.float64)
+        found += [float(g.sum()), float(g.norm())]
+    return found
+
+
+def row_sums(t: torch.Tensor) -> list[float]:
+    return float32_data(t.detach().double().sum(dim=-1))
+
+
+def fingerprint(y: torch.Tensor, experts) -> dict:
+    """The traffic scenario's record of one rank, small: the sum of every row of y (each token's), and its experts'
+    gradient checksums (they need every rank's tokens routed to them, and the backward's all-to-alls)."""
+    return {"output": row_sums(y), "expert_grads": [checksums(e) for e in experts]}
+
+
+def traffic_truth(case: dict) -> dict:
+    """The dense MoE's fingerprint of the traffic scenario, per rank (its own tokens, its own experts)."""
+    _, experts, _, y, _ = dense_run(case)
+    sizes, per_rank = case["tokens"], case["experts"] // case["world_size"]
+    return {"ranks": [fingerprint(part, experts[r * per_rank:(r + 1) * per_rank])
+                      for r, part in enumerate(y.split(sizes))]}
+
+
+def dense_run(case: dict):
+    """The whole MoE in one process over all ranks' tokens, with the true experts, forward and backward: router,
+    experts, x, y (gradients in place), and (gate, expert outputs, chosen expert) per token."""
     router, experts = make_layers(case)
     xs, ups = zip(*(rank_tokens(case, r) for r in range(case["world_size"])))
     x = torch.cat(xs).requires_grad_(True)
@@ -65,6 +91,14 @@ def dense_moe(case: dict) -> dict:
         expert_out = expert_out.index_put((rows,), expert(x[rows]))
     y = gate * expert_out
     (y * torch.cat(ups)).sum().backward()
+    return router, experts, x, y, (gate, expert_out, chosen)
+
+
+def dense_moe(case: dict) -> dict:
+    """The whole MoE in one process over all ranks' tokens, with the true experts: every rank's slice of the
+    output and of x.grad, every expert's gradient, the router's, the tokens per expert, and the output without
+    the gate (for feedback on a missing gate)."""
+    router, experts, x, y, (gate, expert_out, chosen) = dense_run(case)
     sizes = case["tokens"]
     unsorted = []  # each rank's results left in expert order, times the gates in token order (for feedback)
     for rank_gate, rank_out, rank_chosen in zip(gate.split(sizes), expert_out.split(sizes), chosen.split(sizes)):
@@ -108,12 +142,16 @@ def moe_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     x, upstream = rank_tokens(case, rank)
     x.requires_grad_(True)
     module = student_call(cls, router, experts)
+    per_rank = case["experts"] // world_size
+    if case["measure_traffic"]:  # measured from outside: no profiler (a per-token loop under it takes seconds)
+        y = student_call(checked_output, student_call(module, x), x)
+        student_call((y * upstream).sum().backward)
+        return {"forbidden": False, **fingerprint(y, experts[rank * per_rank:(rank + 1) * per_rank])}
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as forward_prof:
         y = student_call(module, x)
     y = student_call(checked_output, y, x)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as backward_prof:
         student_call((y * upstream).sum().backward)
-    per_rank = case["experts"] // world_size
     router_grads = [p.grad for p in router.parameters()]
     return {"forbidden": False, "output": tensor_data(y), "x_grad": None if x.grad is None else tensor_data(x.grad),
             "expert_grads": [expert_grads(experts[e]) for e in range(rank * per_rank, (rank + 1) * per_rank)],
@@ -131,11 +169,13 @@ def warm_profiler() -> None:
 
 
 def observe(fn, *, salt: int = 0) -> dict:
+    return_freed_memory()  # here too: the ranks inherit this process's heap, and would reuse its free chunks
     warm_profiler()
     return observe_on_ranks(salt, cases(salt), moe_rank, fn)
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
     result = observe(fn, salt=salt)
-    result["dense"] = {name: dense_moe(s["case"]) for name, s in result["scenarios"].items()}
+    result["dense"] = {name: dense_moe(s["case"]) for name, s in result["scenarios"].items() if name != "traffic"}
+    result["scenarios"]["traffic"]["truth"] = traffic_truth(result["scenarios"]["traffic"]["case"])
     return result

@@ -10,6 +10,7 @@ SCENARIOS = {  # name: (world size, causal, what it is: the words after "when")
     "three_ranks": (3, False, "called on 3 ranks"),
     "three_ranks_causal": (3, True, "called on 3 ranks with is_causal=True"),
     "four_ranks_causal": (4, True, "called on 4 ranks with is_causal=True"),
+    "memory": (4, False, "called on 4 ranks with chunks of 64 positions and d = 16384 (memory measured)"),
 }
 PUBLIC_SHAPES = {  # leading dims, chunk length n/N, head dim d
     "two_ranks": ([2, 3], 4, 8),
@@ -17,7 +18,17 @@ PUBLIC_SHAPES = {  # leading dims, chunk length n/N, head dim d
     "three_ranks": ([2, 2], 3, 6),
     "three_ranks_causal": ([1, 2], 4, 8),
     "four_ranks_causal": ([2], 3, 8),
+    "memory": ([1], 64, 16384),
 }
+# The memory scenario: one rank's K and V (2·64·16384 float32) are 8 MiB, its scores (64 × 64) 16 KiB, so K/V chunks
+# dominate what a rank holds. The same shape for every salt (its peaks are compared with the reference's).
+# A rank may hold this many K/V chunks more than the reference's ranks: at its peak (sampled every 2 ms), where a
+# gather holds N chunks and a ring 2 to 3 (measured: correct styles ≤ 0.3 more, 1.0 when the launcher's heap lends
+# them pages; a ring that keeps every chunk 1.9, gathers 3.3–5.8), and at each of its sends (read at a gate after
+# trimming the heap: exact; correct styles ≤ 1.0 more, a ring that keeps every partial output 3.8).
+PEAK_SLACK_CHUNKS = 1.5
+SEND_SLACK_CHUNKS = 2.0
+FINGERPRINT_COLUMNS = 4  # columns of every output row kept from the memory scenario (the evidence of real work)
 
 
 def cases(salt: int) -> dict[str, dict]:
@@ -25,12 +36,12 @@ def cases(salt: int) -> dict[str, dict]:
     chunk has a diagonal block and past blocks) and other seeds."""
     found = {}
     for i, (name, (world_size, causal, words)) in enumerate(SCENARIOS.items()):
-        if salt == 0:
+        if salt == 0 or name == "memory":
             lead, chunk, d = PUBLIC_SHAPES[name]
         else:
             rng = held_out_rng(salt, f"shapes of {name}")
             lead = [rng.randint(1, 3) for _ in range(rng.randint(1, 2))]
             chunk, d = rng.randint(2, 6), rng.choice([4, 6, 8, 12])
         found[name] = {"what": words, "world_size": world_size, "is_causal": causal, "lead": list(lead),
-                       "chunk": chunk, "d": d, "seed": salted_seed(500 + i, salt)}
+                       "chunk": chunk, "d": d, "seed": salted_seed(500 + i, salt), "measure_memory": name == "memory"}
     return found

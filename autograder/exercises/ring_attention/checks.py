@@ -1,8 +1,8 @@
 """The checks of ``ring_attention``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import case, close, rank_results
-from .cases import ATOL, RTOL
+from ..reading import case, close, rank_results, scenario
+from .cases import ATOL, PEAK_SLACK_CHUNKS, RTOL, SEND_SLACK_CHUNKS
 
 ABORTED_HINT = ("Every rank sends and receives K/V chunks of the same shape as its own k and v.")
 
@@ -53,17 +53,66 @@ def check_causal_ring(student, reference):
 
 
 TRAFFIC_SCENARIOS = ("two_ranks", "three_ranks")
+METHOD_SCENARIOS = (*TRAFFIC_SCENARIOS, "memory")
+MIB = 1 << 20
+
+
+def held_at_sends(meter, c: dict) -> list[float] | None:
+    """What each rank held at its sends (the launcher's readings at the gates before each one, meter.py), the most
+    of them; None unless every rank made at least the ring's N−1 sends."""
+    gates = meter.get("gates") if isinstance(meter, dict) else None
+    records = gates.get("records") if isinstance(gates, dict) else None
+    if not isinstance(records, list):
+        return None
+    held = [[] for _ in range(c["world_size"])]
+    for record in records:
+        rank, value = record.get("rank"), record.get("held_bytes")
+        if isinstance(rank, int) and 0 <= rank < len(held) and isinstance(value, int | float):
+            held[rank].append(float(value))
+    return [max(h) for h in held] if all(len(h) >= c["world_size"] - 1 for h in held) else None
+
+
+def memory_problem(student, reference) -> str | None:
+    """Measured outside the ranks: at every send a rank holds at most SEND_SLACK_CHUNKS chunks of K and V more than
+    the reference's ranks at theirs (a ring holds the chunk it sends and the one arriving), and at its sampled peak
+    at most PEAK_SLACK_CHUNKS more (a gather holds all N)."""
+    c = case(reference, "memory")
+    ranks_of(student, reference, "memory")
+    meter, want = scenario(student, "memory", c["what"])["meter"], reference["scenarios"]["memory"]["meter"]
+    chunk = 2 * math.prod(c["lead"]) * c["chunk"] * c["d"] * 4  # K and V of one rank, float32
+    advice = ("hold only the chunk you compute with and the one arriving, and merge each step's result into a "
+              "running one.")
+    at_sends = held_at_sends(meter, c)
+    if at_sends is None:
+        return (f"When {c['what']}, the grader did not see every rank send its K/V chunk N−1 times (its memory is "
+                f"read at each send): {advice}")
+    rank = max(range(len(at_sends)), key=at_sends.__getitem__)
+    extra = at_sends[rank] - max(held_at_sends(want, c))
+    if extra > SEND_SLACK_CHUNKS * chunk:
+        return (f"When {c['what']}, rank {rank} held {extra / chunk:.1f} chunks of K and V more than the reference's "
+                f"ranks when it sent one (measured outside your process): {advice}")
+    peaks = meter["peak_bytes"]
+    if not isinstance(peaks, list) or len(peaks) != c["world_size"]:
+        return f"When {c['what']}, the grader could not read the memory of every rank."
+    rank = max(range(len(peaks)), key=peaks.__getitem__)
+    extra = peaks[rank] - max(want["peak_bytes"])
+    if extra > PEAK_SLACK_CHUNKS * chunk:
+        return (f"When {c['what']}, rank {rank} held {extra / chunk:.1f} chunks of K and V ({extra / MIB:.0f} MiB) more "
+                f"than the reference's ranks at its peak (measured outside your process), as if it gathered them: "
+                f"{advice}")
+    return None
 
 
 def check_ring_traffic(student, reference):
-    """Sends only to r+1, receives only from r−1, (N−1)·(|K|+|V|) values each way, and no collective (read where
-    the outputs show the real computation: the scenarios without a mask)."""
+    """Sends only to r+1, receives only from r−1, (N−1)·(|K|+|V|) values each way, and no collective (the ranks'
+    own record, read where the outputs show the real computation: the scenarios without a mask), which shapes the
+    feedback; the points need the memory measured outside the ranks to agree (``memory_problem``)."""
     for key in TRAFFIC_SCENARIOS:
         c = case(reference, key)
         n = c["world_size"]
         chunk_values = 2 * math.prod(c["lead"]) * c["chunk"] * c["d"]  # K and V of one chunk
         for rank, r in enumerate(ranks_of(student, reference, key)):
-            others = sorted(kind for kind, count in r["collectives"].items() if int(count) and kind != "barrier")
+            others = sorted(str(kind) for kind, count in r["collectives"] if int(count) and kind != "barrier")
             if others:
                 return (f"When {c['what']}, rank {rank} used {', '.join(others)}: in ring attention K and V travel "
                         "by point-to-point messages only (send/recv, isend/irecv or batch_isend_irecv).")
@@ -77,7 +126,7 @@ def check_ring_traffic(student, reference):
                 steps = total / chunk_values
                 return (f"When {c['what']}, rank {rank} sent K and V {steps:.2g} times over, not N−1 = {n - 1} times: "
                         "one hop per step, and no send after the last step.")
-    return None
+    return memory_problem(student, reference)
 
 
 def outputs_are_genuine(got: dict, want: dict) -> str | None:

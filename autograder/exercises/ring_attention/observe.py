@@ -7,9 +7,10 @@ import torch
 
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
-from ..observing import float32_data, tensor_data
-from ..ranks import observe_on_ranks, student_call
-from .cases import cases
+from ..meter import SampleAtGates
+from ..observing import float32_data, observation, tensor_data
+from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call, trim_memory
+from .cases import FINGERPRINT_COLUMNS, cases
 
 
 def rank_chunk(case: dict, rank: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -20,9 +21,12 @@ def rank_chunk(case: dict, rank: int) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 def full_attention(case: dict) -> list[list[float]]:
-    """The whole sequence's attention in float64 (the ground truth), as each rank's flat rows."""
+    """The whole sequence's attention in float64 (the ground truth), as each rank's flat rows (in the memory
+    scenario, the first FINGERPRINT_COLUMNS columns of each row)."""
     chunks = [rank_chunk(case, r) for r in range(case["world_size"])]
     q, k, v = (torch.cat([c[i] for c in chunks], dim=-2).double() for i in range(3))
+    if case["measure_memory"]:
+        v = v[..., :FINGERPRINT_COLUMNS]
     scores = q @ k.transpose(-2, -1) / math.sqrt(case["d"])
     if case["is_causal"]:
         n = scores.size(-1)
@@ -35,9 +39,13 @@ def full_attention(case: dict) -> list[list[float]]:
 
 class P2PLog:
     """Every point-to-point message of this rank: (peer, values). Patched on the process group's class after the
-    fork (dist.send/recv/isend/irecv and batch_isend_irecv all call these methods), so it dies with the rank."""
+    fork (dist.send/recv/isend/irecv and batch_isend_irecv all call these methods), so it dies with the rank.
 
-    def __init__(self):
+    ``gates``: before each send the rank hands its free heap pages back (they would count as held when the launching
+    process's heap lent them) and stops at a gate, where the launcher reads the memory it holds (meter.py): a ring
+    sends N−1 times, each time holding the chunk it sends and the buffer it receives into."""
+
+    def __init__(self, gates: bool = False):
         import torch.distributed as dist
 
         self.sends, self.recvs = [], []
@@ -45,6 +53,9 @@ class P2PLog:
 
         def logged_send(group, tensors, dst, *args, **kwargs):
             self.sends.append([int(dst), sum(int(t.numel()) for t in tensors)])
+            if gates:
+                trim_memory()
+                ask_gate("send", torch.zeros(1))
             return send(group, tensors, dst, *args, **kwargs)
 
         def logged_recv(group, tensors, src, *args, **kwargs):
@@ -71,15 +82,19 @@ def ring_rank(rank: int, world_size: int, fn, case: dict) -> dict:
     warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr, and so would
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # gloo's own abort message on a message of the wrong size
     q, k, v = rank_chunk(case, rank)
-    log = P2PLog()
-    with profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
-        out = student_call(fn, q.clone(), k.clone(), v.clone(), is_causal=case["is_causal"])
+    if not case["measure_memory"]:  # the memory scenario hands over its only copies: the launcher measures it
+        q, k, v = q.clone(), k.clone(), v.clone()
     want = tuple(q.shape)
+    log = P2PLog(gates=case["measure_memory"])
+    with profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
+        out = student_call(fn, q, k, v, is_causal=case["is_causal"])
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
         student_call(_raise, ValueError(f"ring_attention returned {got}, not this rank's rows, shape {want}"))
+    if case["measure_memory"]:
+        out = out[..., :FINGERPRINT_COLUMNS]
     return {"forbidden": False, "output": float32_data(out), "sends": log.sends, "recvs": log.recvs,
-            "collectives": collectives(prof)}
+            "collectives": [[kind, count] for kind, count in sorted(collectives(prof).items())]}
 
 
 def _raise(exc: Exception):
@@ -94,9 +109,15 @@ def warm_profiler() -> None:
         torch.zeros(1).add_(1)
 
 
+def run_case(fn, case: dict) -> dict:
+    gates = SampleAtGates(case["world_size"]) if case["measure_memory"] else None
+    return run_on_ranks(ring_rank, case["world_size"], fn, case, gates=gates)
+
+
 def observe(fn, *, salt: int = 0) -> dict:
+    return_freed_memory()  # here too: the ranks inherit this process's heap, and would reuse its free chunks
     warm_profiler()
-    return observe_on_ranks(salt, cases(salt), ring_rank, fn)
+    return observation(salt, cases(salt), lambda case: run_case(fn, case))
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:

@@ -6,12 +6,44 @@ only that share, and then shares the updated parameters, so that after ``step()`
 parameters as one process running ``optimizer_cls`` on all of them. ``add_param_group`` works as for any
 optimizer (the hyperparameters of every group are kept).
 
-The grader really runs it: 2 or 3 forked local ranks (gloo, ``coursekit.dist.launch``) build the same seeded
+The grader really runs it: 2 or 3 forked local ranks (gloo, ``ranks.run_on_ranks``) build the same seeded
 model and give every rank the same gradient (the full batch on every rank, as DDP's all-reduce would leave it),
 then step the student's optimizer a few times. Each rank records its parameters after every step and the bytes of
 optimizer state its optimizer holds: the tensors (``dim > 0``) in the ``state`` of every ``torch.optim.Optimizer``
 reachable from the student's object, itself included. The reference observation adds, on rank 0, the same
 training with the unsharded ``optimizer_cls`` (on the same gradients, in the same process): the ground truth.
+
+Method ("sharded"), measured outside the ranks. Whatever the object shows (its ``state``) is the student's to shape:
+issue 25's "no sharding at all" steps a full optimizer kept out of the walk's reach and shows a local optimizer
+holding this rank's share of its state (11/11 before). So the state check earns its points only when the memory
+agrees: the ``memory`` scenario runs AdamW on 4 ranks over 8 tensors of 512 × 1024 float32 (16 MiB of parameters,
+the same on every rank; new seeded gradients written in place before each of 2 steps), and after each step every
+rank hands its free heap pages back (malloc_trim: pages the launching process's heap lent it would count as held,
++16 MiB for the flat style once in a test session) and stops at a gate of the grader's loop where the launcher reads
+what it holds (``SampleAtGates``: RssAnon + RssShmem above the fork, meter.py). Between steps a sharded rank keeps
+2·P/N of AdamW state, an unsharded one 2·P. The reference observation measures, in the same batch and the same way,
+the reference (the threshold's floor) and the plain unsharded AdamW on every rank (its ceiling, and the checksums of
+the parameters after both steps: the truth, which every rank must hold, so that no rank saves memory by skipping
+work). A rank passes when it holds at most the reference's most plus half their difference. Measured (2-core CPU,
+torch 2.13.0+cpu, load 1.2–4):
+
+    =====================================================  ==========================  =============================
+    per rank, MiB above the fork                            held after steps 1, 2       peak over the scenario
+    =====================================================  ==========================  =============================
+    reference (greedy by size, broadcast)                   40.4, 40.4 (±0.1)            44–46
+    other per-tensor styles (async broadcasts)              40.4, 40.4                   44–46
+    flat shards + all_gather (a shard copy and its grad)    48.4, 48.5                   96.5
+    unsharded AdamW (truth), every_rank_steps_everything    64.4–66.3                    70–72
+    no sharding, balanced-looking state (issue 25)          64.4                         70–72
+    threshold                                               reference + 12–13
+    =====================================================  ==========================  =============================
+
+Why held between steps and not the peak: the flat style's all-gather needs full-size temporaries (its peak is above
+the unsharded one's), yet it keeps 1/N of the state; the gates read what a rank keeps. Why 4 ranks: a flat style
+keeps a copy of its shard and the shard's gradient (2·P/N more than the reference), which at 2 ranks is exactly the
+unsharded optimizer's extra. Cost: the memory scenario takes 0.3–0.4 s (4 ranks), the reference's unsharded run as
+much again; one observation took 0.28 s (median 0.37) before, 0.68 s (0.94) after
+(side by side, the same machine, load 4–5; the fastest of 12, then the median).
 
 Not allowed: using ``torch.distributed.optim.ZeroRedundancyOptimizer`` (as the class or inside it). The exercise
 is to write the sharding; the lesson measures torch's version next to the student's. Such a submission fails
@@ -33,8 +65,8 @@ EXERCISE = Exercise(
         Check("Matches unsharded SGD with momentum after several steps (3 ranks)", 2, checks.check_sgd),
         Check("Every rank holds the same parameters after every step()", 2, checks.check_same_everywhere,
               evidence=("adamw_two", "sgd_three")),
-        Check("Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks)", 2,
-              checks.check_state_is_sharded, evidence=("adamw_two", "sgd_three")),
+        Check("Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)", 2,
+              checks.check_state_is_sharded, evidence=("adamw_two", "sgd_three", "memory")),
         Check("Keeps every parameter group's hyperparameters, also for groups added with add_param_group", 2,
               checks.check_groups),
         Check("Works when there are fewer parameter tensors than ranks (a rank owns nothing)", 1, checks.check_few_params),

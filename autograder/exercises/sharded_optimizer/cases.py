@@ -4,6 +4,11 @@ from ..scenarios import salted_seed
 IN, HIDDEN, OUT, BATCH = 6, 8, 4, 16
 STEPS = 3
 PARAM_ATOL = 1e-6        # float32 round-off between valid styles (per tensor or one flat shard)
+# The memory scenario: AdamW's state (2 values per parameter) dominates what a rank holds between steps. 8 tensors
+# of 512 × 1024 float32 (16 MiB of parameters, 32 MiB of unsharded state) on 4 ranks, new gradients before each of
+# 2 steps (the second step needs the first one's state, so a rank that steps everything must keep all of it).
+LARGE_TENSORS, LARGE_SHAPE, MEMORY_STEPS = 8, (512, 1024), 2
+CHECKSUM_RTOL = 1e-5     # per tensor, relative to its norm: round-off between styles; a tensor not stepped is ~1e-2 off
 
 
 # name: (world size, optimizer, model, what it is: the words after "when")
@@ -13,11 +18,14 @@ SCENARIOS = {
     "groups": (2, "AdamW", "groups", "two parameter groups with their own lr and weight_decay run on 2 ranks, and a "
                "third group is added with add_param_group after the first step"),
     "few_params": (3, "SGD", "tiny", "a model with 2 parameter tensors runs on 3 ranks (one rank owns nothing)"),
+    "memory": (4, "AdamW", "large", "AdamW runs on 4 ranks over 8 parameter tensors of 512 × 1024 (16 MiB), two "
+               "steps (memory measured)"),
 }
 
 
 def cases(salt: int) -> dict[str, dict]:
     """Every scenario's inputs; the seeds are public for salt 0 and held out for any other salt."""
     return {name: {"what": words, "world_size": world_size, "optimizer": optimizer, "model": model,
-                   "steps": STEPS, "model_seed": salted_seed(100 + i, salt), "data_seed": salted_seed(200 + i, salt)}
+                   "steps": MEMORY_STEPS if model == "large" else STEPS, "model_seed": salted_seed(100 + i, salt),
+                   "data_seed": salted_seed(200 + i, salt)}
             for i, (name, (world_size, optimizer, model, words)) in enumerate(SCENARIOS.items())}

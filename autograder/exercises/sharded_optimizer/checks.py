@@ -1,6 +1,6 @@
 """The checks of ``ShardedOptimizer``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, rank_results
-from .cases import PARAM_ATOL
+from ..reading import case, close, rank_results, scenario
+from .cases import CHECKSUM_RTOL, PARAM_ATOL
 
 ZERO_NOT_ALLOWED = ("Your class uses torch.distributed.optim.ZeroRedundancyOptimizer: this exercise asks you to "
                     "write the sharding yourself (the lesson compares torch's version with yours).")
@@ -24,7 +24,10 @@ def same(a: list, b: list) -> bool:
 def did_real_work(got: dict, want: dict) -> str | None:
     """The evidence: after the first step some rank holds some parameter tensor exactly as the unsharded optimizer
     left it, and that tensor moved: only a real step on the seeded problem gives it. A do-nothing optimizer, or an
-    invented observation, has none."""
+    invented observation, has none. In the memory scenario: every rank holds every tensor as the unsharded
+    optimizer leaves it after both steps (so no rank saved memory by skipping work)."""
+    if want["case"]["model"] == "large":
+        return checksums_problem(got, want)
     want_initial, want_first = want["ranks"][0]["initial"], want["truth"]["steps"][0]
     for r in got["ranks"]:
         for i, tensor in enumerate(r["steps"][0]):
@@ -32,6 +35,17 @@ def did_real_work(got: dict, want: dict) -> str | None:
                 return None
     return (f"when {want['case']['what']}, no rank holds a parameter that the first step() updated as "
             f"{want['case']['optimizer']} does.")
+
+
+def checksums_problem(got: dict, want: dict) -> str | None:
+    truth = want["truth"]["checksums"]
+    for r in got["ranks"]:
+        sums = r.get("checksums") if isinstance(r, dict) else None
+        if not isinstance(sums, list) or len(sums) != len(truth) or not all(
+                isinstance(s, list) and close(s, t, atol=CHECKSUM_RTOL * t[1]) for s, t in zip(sums, truth)):
+            return (f"when {want['case']['what']}, some rank's parameters are not what {want['case']['optimizer']} "
+                    "run on one process leaves after those steps.")
+    return None
 
 
 def training_problem(student, reference, key: str) -> str | None:
@@ -95,7 +109,45 @@ def check_state_is_sharded(student, reference):
                 return (f"When {c['what']}, rank {r} holds {h / total:.0%} of the optimizer state, far from 1/{n}: "
                         "balance the shares by size (give each tensor, largest first, to the rank with the fewest "
                         "elements so far).")
-    return None
+    return memory_problem(student, reference)  # what the object holds, read in the rank, needs the meter's word
+
+
+MIB = 1 << 20
+
+
+def held_between_steps(meter, c: dict) -> list[float] | None:
+    """What each rank held at the gates after its steps (the launcher's reading from outside the rank, meter.py),
+    the most of its gates; None unless every rank has a reading after every step."""
+    gates = meter.get("gates") if isinstance(meter, dict) else None
+    records = gates.get("records") if isinstance(gates, dict) else None
+    if not isinstance(records, list):
+        return None
+    held = [[] for _ in range(c["world_size"])]
+    for record in records:
+        rank, value = record.get("rank"), record.get("held_bytes")
+        if isinstance(rank, int) and 0 <= rank < len(held) and isinstance(value, int | float):
+            held[rank].append(float(value))
+    return [max(h) for h in held] if all(len(h) == c["steps"] for h in held) else None
+
+
+def memory_problem(student, reference) -> str | None:
+    """Every rank holds, between steps, less than the reference's ranks plus half of what the unsharded optimizer
+    keeps beyond them (both measured the same way, in the same batch)."""
+    c = case(reference, "memory")
+    ranks_of(student, reference, "memory")
+    got = held_between_steps(scenario(student, "memory", c["what"])["meter"], c)
+    if got is None:
+        return f"When {c['what']}, the grader could not read the memory of every rank after every step()."
+    want = reference["scenarios"]["memory"]
+    sharded, unsharded = max(held_between_steps(want["meter"], c)), min(held_between_steps(want["truth"]["meter"], c))
+    signal = unsharded - sharded
+    rank = max(range(len(got)), key=got.__getitem__)
+    if got[rank] <= sharded + signal / 2:
+        return None
+    return (f"When {c['what']}, rank {rank} held {(got[rank] - sharded) / MIB:.0f} MiB more than the reference's "
+            f"ranks between steps (measured outside your process), {(got[rank] - sharded) / signal:.0%} of what "
+            f"unsharded {c['optimizer']} keeps more: keep {c['optimizer']}'s state for this rank's 1/N of the "
+            "parameters only, and no full-size buffers between steps.")
 
 
 def check_groups(student, reference):

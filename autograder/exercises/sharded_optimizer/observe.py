@@ -7,9 +7,10 @@ import torch
 import torch._dynamo  # noqa: F401  torch.optim imports it lazily (3–6 s): here, once, not in every forked rank
 from torch import nn
 
-from ..observing import tensor_data
-from ..ranks import observe_on_ranks, student_call
-from .cases import BATCH, HIDDEN, IN, OUT, cases
+from ..meter import SampleAtGates
+from ..observing import observation, tensor_data
+from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call, trim_memory
+from .cases import BATCH, HIDDEN, IN, LARGE_SHAPE, LARGE_TENSORS, OUT, cases
 
 OPTIMIZERS = {           # name: (class, keyword arguments)
     "AdamW": (torch.optim.AdamW, {"lr": 0.01, "betas": (0.9, 0.99), "weight_decay": 0.1}),
@@ -114,9 +115,50 @@ def train(case: dict, model: nn.Module, optimizer, added_group, step) -> list[li
     return after
 
 
+def large_params(case: dict) -> list[nn.Parameter]:
+    """The memory scenario's parameters: seeded, the same on every rank."""
+    generator = torch.Generator().manual_seed(case["model_seed"])
+    return [nn.Parameter(torch.empty(LARGE_SHAPE).normal_(0.0, 0.02, generator=generator))
+            for _ in range(LARGE_TENSORS)]
+
+
+def checksum(p: torch.Tensor) -> list[float]:
+    """A large tensor in two numbers that every element moves: its sum and its norm (in float64)."""
+    t = p.detach()
+    return [float(t.sum(dtype=torch.float64)), float(torch.linalg.vector_norm(t, dtype=torch.float64))]
+
+
+def memory_rank(rank: int, world_size: int, cls, case: dict, unsharded: bool = False) -> dict:
+    """The memory scenario: new seeded gradients (the same on every rank, written in place), then a step, each
+    time. After each step the rank stops at a gate, where the launcher reads the memory it holds (meter.py): what
+    it keeps between steps, the optimizer's state, without the step's own temporaries (a flat-buffer style needs
+    full-size ones, the reference none). The gates are the grader's own, between steps, so their factors are not
+    needed. Recorded here: every tensor's checksum (the evidence of real steps), and for feedback the state bytes.
+    ``unsharded``: the plain optimizer instead of the student's class (the reference's measurement of the wrong
+    method)."""
+    warnings.simplefilter("ignore")
+    optimizer_cls, kwargs = OPTIMIZERS[case["optimizer"]]
+    params = large_params(case)
+    optimizer = optimizer_cls(params, **kwargs) if unsharded else \
+        student_call(cls, iter(params), optimizer_cls, **kwargs)
+    generator = torch.Generator().manual_seed(case["data_seed"])
+    for step in range(case["steps"]):
+        for p in params:
+            if p.grad is None or p.grad.shape != p.shape:
+                p.grad = torch.empty_like(p)
+            p.grad.normal_(generator=generator)
+        student_call(optimizer.step)
+        trim_memory()  # free heap pages lent by the launching process's heap would count as held
+        ask_gate(f"after step {step + 1}", params[0][0])
+    return {"forbidden": uses_torch_zero(optimizer), "state_bytes": state_bytes(optimizer),
+            "checksums": [checksum(p) for p in params]}
+
+
 def sharded_rank(rank: int, world_size: int, cls, case: dict, with_unsharded: bool = False) -> dict:
     """One rank: the student's optimizer on the seeded problem; rank 0 of the reference also runs the unsharded
     optimizer on the same gradients (the ground truth)."""
+    if case["model"] == "large":
+        return memory_rank(rank, world_size, cls, case)
     warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
     optimizer_cls, kwargs = OPTIMIZERS[case["optimizer"]]
     model = make_model(case)
@@ -142,15 +184,37 @@ def reference_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     return sharded_rank(rank, world_size, cls, case, with_unsharded=True)
 
 
+def run_case(target, fn, case: dict) -> dict:
+    gates = SampleAtGates(case["world_size"]) if case["model"] == "large" else None
+    return run_on_ranks(target, case["world_size"], fn, case, gates=gates)
+
+
 def observe(fn, *, salt: int = 0) -> dict:
-    return observe_on_ranks(salt, cases(salt), sharded_rank, fn)
+    return_freed_memory()  # here too: the ranks inherit this process's heap, and would reuse its free chunks
+    return observation(salt, cases(salt), lambda case: run_case(sharded_rank, fn, case))
+
+
+def unsharded_memory_rank(rank: int, world_size: int, cls, case: dict) -> dict:
+    return memory_rank(rank, world_size, cls, case, unsharded=True)
+
+
+def unsharded_memory(fn, case: dict) -> dict:
+    """The memory scenario with the plain, unsharded optimizer on every rank, measured the same way: its
+    checksums (the ground truth) and what its ranks hold between steps (the wrong method's, for the threshold)."""
+    found = run_case(unsharded_memory_rank, fn, case)
+    if "error" in found:
+        raise RuntimeError(f"the unsharded optimizer failed when {case['what']}: {found['error']}")
+    return {"checksums": found["ranks"][0]["checksums"], "meter": found["meter"]}
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
-    result = observe_on_ranks(salt, cases(salt), reference_rank, fn)
+    result = observation(salt, cases(salt), lambda case: run_case(reference_rank, fn, case))
     for observed in result["scenarios"].values():
         if "ranks" not in observed:
             raise RuntimeError(f"the reference ShardedOptimizer failed when {observed['case']['what']}: "
                                f"{observed['error']}")
-        observed["truth"] = observed["ranks"][0].pop("unsharded")  # reference-only: never read from a student
+        if observed["case"]["model"] == "large":
+            observed["truth"] = unsharded_memory(fn, observed["case"])
+        else:
+            observed["truth"] = observed["ranks"][0].pop("unsharded")  # reference-only: never read from a student
     return result

@@ -1,22 +1,50 @@
 """Lesson 4 exercise: ``TensorParallelMLP(fc1, fc2)``, Megatron-LM's tensor-parallel MLP.
 
-The student's class takes the full layers ``fc1: Linear(d_in, h)`` and ``fc2: Linear(h, d_out)`` (the same on
-every rank; ``h`` divisible by the world size N) and keeps only this rank's shards: rows
+The student's class takes full-size layers ``fc1: Linear(d_in, h)`` and ``fc2: Linear(h, d_out)`` (``h`` divisible by
+the world size N) and keeps only this rank's shards: rows
 ``[r·h/N, (r+1)·h/N)`` of ``fc1.weight`` and ``fc1.bias`` (column-parallel), the same columns of ``fc2.weight``
 (row-parallel) and the whole ``fc2.bias``, added once after the sum. ``forward(x)`` returns
 ``fc2(gelu(fc1(x)))`` on every rank, with Megatron's two operators as autograd functions: f (identity forward,
 all-reduce backward) before the first layer, g (all-reduce forward, identity backward) after the second.
 
-The grader really runs it: 2 and 3 forked local processes (gloo over loopback, ``coursekit.dist.launch``).
-Each rank builds the same seeded layers, input and upstream gradient, constructs the student's module, runs
-one forward and one backward, and records its output, ``x.grad``, its shards (found among the module's
-parameters by their shapes) and their gradients. The grader's own instrumentation counts the collectives in
-the forward and in the backward: torch's profiler records every gloo collective (``gloo:all_reduce``, …)
-whichever Python API issued it (``dist.all_reduce``, async work, functional collectives). The reference
-observation adds the single-process MLP's output and gradients, sliced per rank, which the checks compare with.
+The grader really runs it: 2 and 3 forked local processes (gloo over loopback, ``ranks.run_on_ranks``). Each rank
+builds the seeded layers, input and upstream gradient, constructs the student's module, runs one forward and one
+backward, and records its output, ``x.grad``, its shards (found among the module's parameters by their shapes) and
+their gradients. Inputs that require the method: each rank's fc1 and fc2 hold the true values only in its own
+block (its rows of fc1, its columns of fc2.weight; fc2.bias everywhere); the other blocks hold values drawn per
+rank (``observe.poison``), so a rank that runs the whole MLP itself gets wrong values (issue 25's "full MLP on every
+rank with shard-shaped parameters and two all_reduce(zeros(1))" scored 12/12 before; now 4/12). The rank's own
+record counts the collectives in the forward and in the backward (torch's profiler, ``gloo:<kind>``, whatever Python
+API issued them), as [kind, count] pairs. The reference observation adds the single-process MLP's output and
+gradients, sliced per rank, which the checks compare with.
 
-Not allowed: ``torch.distributed.tensor`` (``parallelize_module``, DTensor). It does the whole exercise for
-you; a module whose parameters or output are DTensors earns no points (the lesson says so).
+Method ("one all-reduce each way"), measured outside the ranks. The profiler's count lives in the student's process
+(issue 25 replaced it: an all-gather TP scored 12/12), so the count checks earn their points only when the bytes on
+the loopback agree. The ``traffic`` scenario: 2 ranks, d_in = d_out = 64, h = 4096, a batch of 1024, the same sizes
+for every salt; between forward and backward each rank stops at a gate where the launcher reads the loopback's
+transmit counter (``SampleAtGates``): the forward's bytes are the reading when the first rank arrives (the others
+have not started their backward), the backward's the rest of the scenario's ``lo_bytes``. Each pass must send
+within 1.5× of the reference's, measured the same way. Its evidence: every rank's first rows of the output (and,
+for the backward check, of x.grad) are the single-process MLP's. Measured in a network namespace of its own, as in
+the grader's sandbox (2-core CPU, torch 2.13.0+cpu, load 3.8–4.2; KiB sent on the loopback by both ranks, the
+forward's including 4–20 KiB of the process group's start):
+
+    =============================================================  ===========  ============  ==============
+    traffic scenario                                                forward      backward      x reference
+    =============================================================  ===========  ============  ==============
+    reference and the correct styles (all_reduce, async, addmm)     502–520      515–534       0.97–1.03
+    all-gather of h and of fc2's columns (forged count or not)      17,437       516           34, 1.0
+    all-gather of the weights, the whole MLP on every rank          2,075        0.4           4.0, 0.00
+    issue 25's full MLP with all_reduce(zeros(1))                    5.0          1.2           0.01
+    f and g as Megatron's, missing backward all-reduce              520          0.6           1.0, 0.00
+    =============================================================  ===========  ============  ==============
+
+An all-reduce of B values on 2 ranks sends 2·B·4 bytes (gloo's ring) plus about 0.3 KiB; a gather of the hidden
+activations sends (N−1)·batch·h·4, of the weights (N−1)·h·(d_in + d_out + 1)·4: 32× and 4× the all-reduce here
+(h / 2·d_out and h / batch). On a shared host the loopback also carries other processes' traffic (once, at load 7,
+another engineer's runs added 30 MB to a correct forward pass); the grader's sandbox has its own. The scenario
+costs 0.13–0.22 s (load 4); one observation took 0.17 s (median 0.21) before, 0.22 s (0.39) after
+(side by side, the same machine, load 4–5; the fastest of 12, then the median).
 """
 from ..protocol import Check, Exercise
 from . import cases, checks
@@ -39,9 +67,9 @@ EXERCISE = Exercise(
         Check("Each shard's gradient is its slice of the single-process gradient (2 ranks)", 2, checks.check_weight_grads),
         Check("Output, x.grad and shard gradients are right on 3 ranks", 2, checks.check_three_ranks,
               evidence=("three_ranks",)),
-        Check("Exactly one all-reduce in the forward pass (g)", 1, checks.check_forward_count,
-              evidence=("two_ranks", "three_ranks")),
-        Check("Exactly one all-reduce in the backward pass (f)", 1, checks.check_backward_count,
-              evidence=("two_ranks", "three_ranks")),
+        Check("Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)", 1,
+              checks.check_forward_count, evidence=("two_ranks", "three_ranks", "traffic")),
+        Check("Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)", 1,
+              checks.check_backward_count, evidence=("two_ranks", "three_ranks", "traffic")),
     ],
 )

@@ -1,6 +1,6 @@
 """The checks of ``TensorParallelMLP``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, rank_results
-from .cases import ATOL, ROLES
+from ..reading import case, close, rank_results, scenario
+from .cases import ATOL, ROLES, TRAFFIC_RATIO
 
 DTENSOR = ("Your module uses torch.distributed.tensor (parallelize_module or DTensor), which does this exercise for "
            "you: split the layers and write f and g yourself, as the lesson asks, to earn the points.")
@@ -67,6 +67,8 @@ def shards_really_computed(got: dict, want: dict) -> str | None:
     the real upstream gradient). A count, and an output that the unsplit MLP on every rank also gets right, are
     believed only with it."""
     c = want["case"]
+    if c["measure_traffic"]:
+        return fingerprint_problem(got, want, "output")
     d_out, k = c["d_out"], c["per_rank"]
     true_columns = [col for w in want["ranks"] for col in columns(w["shards"]["fc2.weight"]["grad"], d_out, k)]
     ranks = got.get("ranks")
@@ -80,6 +82,20 @@ def shards_really_computed(got: dict, want: dict) -> str | None:
                 for col in columns(grad, d_out, k)):
             return (f"when {c['what']}, the ranks hold no fc2.weight shard (shape (d_out, h/N)) whose gradient comes "
                     "from the grader's seeded problem: each rank must compute with its own shards.")
+    return None
+
+
+def fingerprint_problem(got: dict, want: dict, name: str) -> str | None:
+    """The traffic scenario's evidence: every rank's first rows of ``name`` (the output, or x.grad) are the
+    single-process MLP's. With each rank's layers true only in its own block, no rank computes them alone."""
+    c = want["case"]
+    ranks = got.get("ranks")
+    if not isinstance(ranks, list) or len(ranks) != c["world_size"]:
+        return f"when {c['what']}, the grader found no results for every rank."
+    for r in ranks:
+        if not isinstance(r, dict) or not close(r.get(name), want["truth"][name], atol=ATOL, rtol=1e-4):
+            return (f"when {c['what']}, the ranks' {'outputs' if name == 'output' else 'x.grad'} are not the "
+                    "single-process MLP's.")
     return None
 
 
@@ -127,10 +143,12 @@ def check_three_ranks(student, reference):
 
 
 def count_problem(student, reference, phase: str, words: str) -> str | None:
-    for key in reference["scenarios"]:
+    """Exactly one all-reduce in the pass, as the ranks' own record (the profiler) says, which only shapes the
+    feedback: the points need the bytes measured outside the ranks to agree (``traffic_problem``)."""
+    for key in ("two_ranks", "three_ranks"):
         n = case(reference, key)["world_size"]
         for rank, r in enumerate(ranks_of(student, reference, key)):
-            counts = r[phase]
+            counts = {str(kind): int(count) for kind, count in r[phase]}
             all_reduces = int(counts.get("all_reduce", 0))
             others = sorted(kind for kind, count in counts.items() if kind != "all_reduce" and int(count))
             if all_reduces != 1 or others:
@@ -141,9 +159,51 @@ def count_problem(student, reference, phase: str, words: str) -> str | None:
     return None
 
 
+def pass_bytes(meter, c: dict) -> dict[str, float] | None:
+    """Bytes sent on the loopback (the launcher's counter, outside the ranks) by the forward pass (with the process
+    group's start: the same for every submission) and by the backward pass; None when a reading is missing. The
+    forward's are read when the first rank reaches the gate after its forward: the others have not started their
+    backward then."""
+    gates = meter.get("gates") if isinstance(meter, dict) else None
+    records = gates.get("records") if isinstance(gates, dict) else None
+    total = meter.get("lo_bytes") if isinstance(meter, dict) else None
+    if not isinstance(records, list) or not isinstance(total, int | float):
+        return None
+    at_gate = {r.get("rank"): r.get("sent_bytes") for r in records if r.get("index") == 0}
+    if sorted(k for k in at_gate if isinstance(k, int)) != list(range(c["world_size"])) or \
+            not all(isinstance(v, int | float) for v in at_gate.values()):
+        return None
+    forward = float(min(at_gate.values()))
+    return {"forward": forward, "backward": float(total) - forward}
+
+
+def traffic_problem(student, reference, phase: str) -> str | None:
+    """The pass's bytes on the loopback within TRAFFIC_RATIO of the reference's (one all-reduce of a (batch, d)
+    tensor), where the results show the real computation."""
+    c = case(reference, "traffic")
+    ranks_of(student, reference, "traffic")
+    got = pass_bytes(scenario(student, "traffic", c["what"])["meter"], c)
+    if got is None:
+        return f"When {c['what']}, the grader could not read the bytes your ranks sent in each pass."
+    want = reference["scenarios"]["traffic"]
+    if phase == "backward":
+        problem = fingerprint_problem(student["scenarios"]["traffic"], want, "x_grad")
+        if problem:
+            return f"This could not be confirmed: {problem}"
+    ratio = got[phase] / pass_bytes(want["meter"], c)[phase]
+    if 1 / TRAFFIC_RATIO <= ratio <= TRAFFIC_RATIO:
+        return None
+    tensor = "the (batch, d_out) partial outputs in g" if phase == "forward" else "the (batch, d_in) input gradient in f"
+    return (f"When {c['what']}, your ranks sent {ratio:.2g} times the reference's bytes in the {phase} pass "
+            f"(measured outside your process): it all-reduces {tensor} once, and nothing else travels (no gather of "
+            "activations or weights).")
+
+
 def check_forward_count(student, reference):
-    return count_problem(student, reference, "forward", "forward pass")
+    return count_problem(student, reference, "forward", "forward pass") or traffic_problem(student, reference,
+                                                                                           "forward")
 
 
 def check_backward_count(student, reference):
-    return count_problem(student, reference, "backward", "backward pass")
+    return count_problem(student, reference, "backward", "backward pass") or traffic_problem(student, reference,
+                                                                                             "backward")

@@ -6,18 +6,35 @@ from torch import nn
 
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
-from ..observing import tensor_data
-from ..ranks import observe_on_ranks, student_call
-from .cases import cases
+from ..meter import SampleAtGates
+from ..observing import float32_data, observation, tensor_data
+from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call
+from .cases import FINGERPRINT_ROWS, cases
 
 
-def make_problem(case: dict):
-    """The full layers, the input and the upstream gradient: identical on every rank (same seed)."""
+def make_problem(case: dict, rank: int | None = None):
+    """The full layers, the input and the upstream gradient (the same seed everywhere). With ``rank``, the layers
+    as that rank gets them: only its own block of hidden units holds the true values (``poison``)."""
     torch.manual_seed(case["seed"])
     fc1, fc2 = nn.Linear(case["d_in"], case["hidden"]), nn.Linear(case["hidden"], case["d_out"])
     x = torch.randn(case["batch"], case["d_in"])
     upstream = torch.randn(case["batch"], case["d_out"])  # dL/dy: the loss is (y · upstream).sum()
+    if rank is not None:
+        poison(fc1, fc2, case, rank)
     return fc1, fc2, x, upstream
+
+
+def poison(fc1: nn.Linear, fc2: nn.Linear, case: dict, rank: int) -> None:
+    """Inputs that require the method: the rows of fc1 and the columns of fc2.weight outside this rank's block get
+    values of their own, drawn per rank, so a rank that runs the whole MLP itself gets wrong values; only the
+    ranks together (each with its own block) hold the true layers. fc2.bias stays true: every rank keeps it."""
+    generator = torch.Generator().manual_seed(case["seed"] * 16 + 8 + rank)
+    others = torch.ones(case["hidden"], dtype=torch.bool)
+    others[rank * case["per_rank"]:(rank + 1) * case["per_rank"]] = False
+    with torch.no_grad():
+        fc1.weight[others] = torch.randn(fc1.weight[others].shape, generator=generator)
+        fc1.bias[others] = torch.randn(fc1.bias[others].shape, generator=generator)
+        fc2.weight[:, others] = torch.randn(fc2.weight[:, others].shape, generator=generator)
 
 
 def shard_shapes(case: dict) -> dict[str, tuple[int, ...]]:
@@ -60,6 +77,12 @@ def collectives(prof) -> dict[str, int]:
     return counts
 
 
+def as_pairs(counts: dict[str, int]) -> list[list]:
+    """Counts by kind as [kind, count] pairs: a record of the observation has the reference's keys (parse.py), and
+    a student's kinds are not the reference's."""
+    return [[kind, count] for kind, count in sorted(counts.items())]
+
+
 def find_shards(module, case: dict) -> dict[str, torch.Tensor | None]:
     """The module's parameter for each role, found by its shape (names are the student's choice). Where two
     parameters fit one role (a kept copy of the full fc2, say), the one that received a gradient wins."""
@@ -88,11 +111,15 @@ def checked_output(y, case: dict):
 
 
 def tensor_parallel_rank(rank: int, world_size: int, cls, case: dict) -> dict:
-    """One rank: build the student's module from the full layers, one forward and one backward, counted."""
+    """One rank: build the student's module from this rank's layers, one forward and one backward, counted.
+
+    Between the two passes the rank stops at a gate (in the traffic scenario; elsewhere ``ask_gate`` returns at
+    once), where the launcher reads the bytes sent on the loopback so far: those of the forward pass (and of the
+    process group's start). The gate is the grader's own, between the passes, so its factor is not needed."""
     from torch.profiler import ProfilerActivity, profile
 
     warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
-    fc1, fc2, x, upstream = make_problem(case)
+    fc1, fc2, x, upstream = make_problem(case, rank)
     module = student_call(cls, fc1, fc2)
     x.requires_grad_(True)
     with profile(activities=[ProfilerActivity.CPU]) as forward_prof:
@@ -100,14 +127,19 @@ def tensor_parallel_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     if uses_dtensor(module, y):
         return {"forbidden": True}
     y = student_call(checked_output, y, case)
+    ask_gate("between forward and backward", y.detach()[:FINGERPRINT_ROWS])
     with profile(activities=[ProfilerActivity.CPU]) as backward_prof:
         student_call((y * upstream).sum().backward)
+    if case["measure_traffic"]:  # large: a fingerprint of the results, and the counts (feedback)
+        return {"forbidden": False, "output": float32_data(y[:FINGERPRINT_ROWS]),
+                "x_grad": None if x.grad is None else float32_data(x.grad[:FINGERPRINT_ROWS]),
+                "forward": as_pairs(collectives(forward_prof)), "backward": as_pairs(collectives(backward_prof))}
     shards = find_shards(module, case)
     return {"forbidden": False, "output": tensor_data(y), "x_grad": None if x.grad is None else tensor_data(x.grad),
             "shards": {role: None if p is None else
                        {"value": tensor_data(p), "grad": None if p.grad is None else tensor_data(p.grad)}
                        for role, p in shards.items()},
-            "forward": collectives(forward_prof), "backward": collectives(backward_prof)}
+            "forward": as_pairs(collectives(forward_prof)), "backward": as_pairs(collectives(backward_prof))}
 
 
 def warm_profiler() -> None:
@@ -118,12 +150,29 @@ def warm_profiler() -> None:
         torch.zeros(1).add_(1)
 
 
+def run_case(fn, case: dict) -> dict:
+    gates = SampleAtGates(case["world_size"]) if case["measure_traffic"] else None
+    return run_on_ranks(tensor_parallel_rank, case["world_size"], fn, case, gates=gates)
+
+
 def observe(fn, *, salt: int = 0) -> dict:
+    return_freed_memory()  # here too: the ranks inherit this process's heap, and would reuse its free chunks
     warm_profiler()
-    return observe_on_ranks(salt, cases(salt), tensor_parallel_rank, fn)
+    return observation(salt, cases(salt), lambda case: run_case(fn, case))
+
+
+def traffic_truth(case: dict) -> dict:
+    """The traffic scenario's fingerprint from the single-process MLP: the first rows of y and of x.grad."""
+    fc1, fc2, x, upstream = make_problem(case)
+    x.requires_grad_(True)
+    y = fc2(nn.functional.gelu(fc1(x)))
+    (y * upstream).sum().backward()
+    return {"output": float32_data(y[:FINGERPRINT_ROWS]), "x_grad": float32_data(x.grad[:FINGERPRINT_ROWS])}
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
     result = observe(fn, salt=salt)
-    result["single"] = {name: single_process(s["case"]) for name, s in result["scenarios"].items()}
+    result["single"] = {name: single_process(s["case"]) for name, s in result["scenarios"].items()
+                        if name != "traffic"}
+    result["scenarios"]["traffic"]["truth"] = traffic_truth(result["scenarios"]["traffic"]["case"])
     return result
