@@ -57,9 +57,16 @@ def loopback_tx_bytes() -> int | None:
     return None
 
 
+def ranks_alone(pids: list[int], baseline: int) -> list[int | None]:
+    """What each rank process holds above ``baseline`` (None when it is gone)."""
+    return [None if held is None else max(0, held - baseline) for held in map(status_bytes, pids)]
+
+
 class Meter:
-    def __init__(self, interval: float = SAMPLE_S, gates=None):
-        self.interval, self.gates = interval, gates
+    def __init__(self, interval: float = SAMPLE_S, gates=None, held=None):
+        """``held(pids, baseline)``: what each rank holds now; in class grading, counted over every process it
+        started (grader/sandbox/family.py), else the rank processes alone."""
+        self.interval, self.gates, self.measure = interval, gates, held or ranks_alone
         self.pids: list[int] = []
         self.baseline = 0
         self.peaks: list[int] = []
@@ -79,13 +86,11 @@ class Meter:
 
     def held(self, rank: int) -> int | None:
         """What rank ``rank`` holds now above what it inherited (None when it is gone)."""
-        held = status_bytes(self.pids[rank])
-        return None if held is None else max(0, held - self.baseline)
+        return self.measure(self.pids, self.baseline)[rank]
 
     def sample(self) -> None:
         total = 0
-        for i in range(len(self.pids)):
-            grown = self.held(i)
+        for i, grown in enumerate(self.measure(self.pids, self.baseline)):
             if grown is not None:
                 self.peaks[i] = max(self.peaks[i], grown)
                 total += grown
