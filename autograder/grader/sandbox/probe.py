@@ -34,11 +34,12 @@ import importlib, json, sys
 import torch, torch.distributed, torch.optim
 from autograder.exercises import all_exercises
 from autograder.exercises.observing import observer_of
-from autograder.grader.sandbox import isolation
+from autograder.grader.sandbox import isolation, worker
 torch.set_num_threads(1)
 for exercise in all_exercises().values():
     observer_of(exercise)
 importlib.import_module("torch._dynamo")
+worker._not_dumpable()  # as the worker is when it forks tasks (isolation must work from there)
 answer = {"imports": True}
 try:
     compiled = torch.compile(lambda x: torch.sin(x) + 1, backend="eager")
