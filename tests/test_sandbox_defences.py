@@ -284,4 +284,6 @@ def test_a_full_epoll_quota_fails_no_other_students_ranks_with_subordinate_uids(
     assert control["filler"]["full"] and defended["filler"]["full"], found
     assert any("ok" not in r for r in control["victim"]["ranks"]) or control["victim"]["exit"] != [0, 0], found
     assert defended["victim"]["ranks"] == ["ok 2.0", "ok 2.0"], found
-    assert defended["victim"]["uid"] == 64000  # inside; the kernel's uid is the user's subordinate 1000000 + i
+    # Inside, the victim's worker runs as 64000 + i, which the kernel knows as the user's subordinate 1000000 + i.
+    assert 64000 < defended["victim"]["uid"] < 64000 + identity.MAX_WORKERS, found
+    assert control["victim"]["uid"] == user.pw_uid, found
