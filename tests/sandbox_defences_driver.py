@@ -6,6 +6,9 @@
 * ``sidechannels``: ``sidechannels_inside.py`` in a student's worker, ranks plain (the control) and isolated.
 * ``worker``: a rank exercise graded by the real worker (runner.run_tasks), whose cell tries to stop the launcher
   and to leave data in /dev/shm for the other rank.
+* ``family``: the peak memory the launcher's meter reads for ranks that hold 64 MiB themselves, in a child, or in
+  an orphaned grandchild.
+* ``costs``: milliseconds per rank fork with and without isolation, microseconds per memory sample.
 * ``epoll``: one worker fills its uid's epoll-watch quota (issue 25) while another runs two gloo ranks, with the
   sandbox as made here and with every worker under the grader's own uid (the control).
 """
@@ -112,6 +115,94 @@ print(json.dumps({"uid": os.getuid(), "exit": codes, "ranks": [json.loads(x) for
 """
 
 
+FAMILY = r"""
+import json, os, time
+from autograder.exercises import ranks
+from autograder.grader.sandbox import worker
+worker._not_dumpable()
+worker._configure_ranks(os.pipe()[1])  # as a grading task does (the pipe stands for its channel to the zygote)
+MIB = 1 << 20
+
+def holder(seconds):
+    import torch
+    held = torch.ones(64 * MIB, dtype=torch.uint8)
+    time.sleep(seconds)
+    return held
+
+def hold(rank, world_size, how):
+    if how == "itself":
+        holder(0.5)
+    elif how == "child":
+        pid = os.fork()
+        if pid == 0:
+            holder(0.5)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    elif how == "orphan":  # a grandchild that outlives the rank
+        pid = os.fork()
+        if pid == 0:
+            if os.fork() == 0:
+                holder(1.5)
+                os._exit(0)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        time.sleep(0.8)
+    return 0
+
+found = {}
+for counted in ("families", "ranks alone"):
+    if counted == "ranks alone":  # the control: the meter's default, each rank process by itself
+        ranks.configure(child_setup=ranks._child_setup[0])
+    for how in ("nothing", "itself", "child", "orphan"):
+        result = ranks.run_on_ranks(hold, 2, how, timeout=30)
+        found[f"{how}, {counted}"] = [p // MIB for p in result["meter"]["peak_bytes"]] if "meter" in result else result
+print(json.dumps(found))
+"""
+
+COSTS = r"""
+import json, os, statistics, time
+from autograder.exercises import meter
+from autograder.grader.sandbox import family, isolation, worker
+worker._not_dumpable()
+
+def fork_ms(setup):
+    times = []
+    for _ in range(30):
+        r, w = os.pipe()
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            setup()
+            os.write(w, b"x")
+            os._exit(0)
+        os.read(r, 1)
+        times.append((time.perf_counter() - start) * 1000)
+        os.waitpid(pid, 0)
+        os.close(r), os.close(w)
+    return round(statistics.median(times), 2)
+
+found = {"fork_ms": fork_ms(lambda: None), "fork_and_isolate_ms": fork_ms(lambda: isolation.isolate_rank(256 << 20))}
+for leftover in isolation.rank_outputs():
+    leftover.unlink()
+pids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(5)
+        os._exit(0)
+    pids.append(pid)
+families = family.RankFamilies(os.getpid(), os.getppid())
+for name, held in (("sample_ranks_alone_us", meter.ranks_alone), ("sample_families_us", families.held)):
+    start = time.perf_counter()
+    for _ in range(1000):
+        held(pids, 0)
+    found[name] = round((time.perf_counter() - start) * 1000, 1)
+for pid in pids:
+    os.kill(pid, 9)
+print(json.dumps(found))
+"""
+
+
 def run_in(sandbox, argv: list[str], *, reference: bool = False, stdin: str | None = None,
            timeout: float = 600) -> str:
     with tempfile.TemporaryDirectory(prefix="defences-") as workdir, \
@@ -143,6 +234,14 @@ def worker(sandbox) -> dict:
             "output": result.output}
 
 
+def family(sandbox) -> dict:
+    return {"peak_mib": json.loads(run_in(sandbox, [sys.executable, "-c", FAMILY]))}
+
+
+def costs(sandbox) -> dict:
+    return {"costs": json.loads(run_in(sandbox, [sys.executable, "-c", COSTS]))}
+
+
 def epoll(sandbox) -> dict:
     """The victim's ranks while another worker holds a full epoll-watch quota of its own uid."""
     found = {}
@@ -164,6 +263,7 @@ def epoll(sandbox) -> dict:
 
 if __name__ == "__main__":
     box = make_sandbox(gpu=False)
-    check = {"forbidden": forbidden, "sidechannels": sidechannels, "worker": worker, "epoll": epoll}[sys.argv[1]]
+    check = {"forbidden": forbidden, "sidechannels": sidechannels, "worker": worker, "family": family, "costs": costs,
+             "epoll": epoll}[sys.argv[1]]
     print(json.dumps({"sandbox": box.describe(), "warning": box.warning, "one_identity": box.one_identity,
                       **check(box)}))
