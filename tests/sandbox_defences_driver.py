@@ -41,6 +41,7 @@ try:
     found["pyc"] = "loaded"
 except Exception as exc:
     found["pyc"] = type(exc).__name__
+found["max_user_namespaces"] = int(open("/proc/sys/user/max_user_namespaces").read())
 print(json.dumps(found))
 """
 

@@ -23,11 +23,17 @@ class SubIds:
     gid_start: int
     count: int
 
-    def prefix(self, inner_base: int) -> list[str]:
+    def prefix(self, inner_base: int, namespaces: int) -> list[str]:
         """The command that runs a worker as root of a user namespace where ``inner_base`` + i is our subordinate
-        uid (and gid) start + i."""
+        uid (and gid) start + i, and where at most ``namespaces`` user, mount and IPC namespaces can be made.
+
+        Namespace counts, unlike epoll watches, add up across user namespaces to the grader's own uid (the kernel's
+        default is about 100,000 user namespaces per uid): without a bound of its own, one worker could use them all
+        and every other worker's ranks could not be isolated (isolation.py)."""
+        bound = " && ".join(f"echo {namespaces} > /proc/sys/user/max_{kind}_namespaces" for kind in ("user", "mnt", "ipc"))
         return ["unshare", "--map-root-user", f"--map-users={self.uid_start},{inner_base},{self.count}",
-                f"--map-groups={self.gid_start},{inner_base},{self.count}", "--"]
+                f"--map-groups={self.gid_start},{inner_base},{self.count}", "--",
+                "/bin/sh", "-c", f'{bound} && exec "$@"', "bound-namespaces"]
 
     def describe(self) -> str:
         return f"subordinate uids {self.uid_start}-{self.uid_start + self.count - 1}"
@@ -63,7 +69,7 @@ def subordinate_ids(uid: int | None = None, files: tuple[str, str] = ("/etc/subu
 def works(subids: SubIds, inner_base: int) -> str:
     """"" when a worker can start that way here, else why not."""
     try:
-        probe = subprocess.run(subids.prefix(inner_base) + ["setpriv", f"--reuid={inner_base}", f"--regid={inner_base}",
+        probe = subprocess.run(subids.prefix(inner_base, 64) + ["setpriv", f"--reuid={inner_base}", f"--regid={inner_base}",
                                                             "--clear-groups", "true"],
                                capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -154,7 +154,7 @@ class Sandbox:
         # bubblewrap itself runs with a scrubbed environment too: it is the sandbox's PID 1, and an
         # unprivileged grader's student code (same uid) could read /proc/1/environ.
         if self.subids:  # root of a user namespace of our subordinate uids: setpriv then gives a kernel uid of its own
-            prefix += self.subids.prefix(self.uid)
+            prefix += self.subids.prefix(self.uid, limits.processes)
         stubs = () if reference else self.stubs.args()
         return Launch(prefix + _bwrap_args(limits, uid, self.devices, stubs, self.isolate_ranks) + argv, env, preexec,
                       group)
