@@ -276,13 +276,13 @@ def test_the_grading_worker_isolates_each_rank(who):
 
 @pytest.mark.slow
 def test_memory_counts_every_process_a_rank_starts():
-    """A rank that parks 64 MiB in a child, or in a grandchild that outlives it, is charged with it; the control
-    (each rank process by itself) is fooled."""
+    """A rank that parks 64 MiB in a child, in a grandchild that outlives it, or in files of its private tmpfs is
+    charged with it; the control (each rank process by itself) is fooled."""
     found = drive_as("root" if is_root() else "user", "family")["peak_mib"]
-    for how in ("itself", "child", "orphan"):
+    for how in ("itself", "child", "orphan", "tmpfs"):
         assert all(peak >= 64 for peak in found[f"{how}, families"]), found
     assert found["nothing, families"] == [0, 0] and found["itself, ranks alone"] == [64, 64], found
-    assert found["child, ranks alone"] == found["orphan, ranks alone"] == [0, 0], found
+    assert found["child, ranks alone"] == found["orphan, ranks alone"] == found["tmpfs, ranks alone"] == [0, 0], found
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@ child or grandchild, even one that double-forks and outlives it, and the rank's 
 grading worker every process of the sandbox's PID namespace is ours to see, so each sample charges a rank with
 all its descendants (found through their parents, and remembered, since an orphan's parent becomes PID 1), and
 charges every process no rank claims (an orphan seen first after its parent died) to every rank. Only the
-sandbox's PID 1, the worker's zygote and the launcher itself are left out.
+sandbox's PID 1, the worker's zygote and the launcher itself are left out. The files a rank keeps in its private
+tmpfs (isolation.py) count too.
 
 An honest rank starts no process, so this changes nothing for it; a process a rank forks holds the rank's pages
 again (copy-on-write pages count in both), which can only raise the student's own numbers.
@@ -33,7 +34,8 @@ class RankFamilies:
                 parents[int(name)] = _parent(int(name))
         for pid in parents:
             self._claim(pid, parents)
-        totals = [None if held is None else max(0, held - baseline) for held in map(status_bytes, pids)]
+        totals = [None if held is None else max(0, held - baseline) + private_tmpfs_bytes(pid)
+                  for pid, held in zip(pids, map(status_bytes, pids))]
         unclaimed = 0
         for pid, index in list(self.owner.items()):
             if index >= 0 and pid == pids[index]:
@@ -61,6 +63,19 @@ class RankFamilies:
         for member in chain:
             self.owner[member] = index
         return index
+
+
+def private_tmpfs_bytes(pid: int) -> int:
+    """What a rank keeps in its private /tmp and /dev/shm (isolation.py): files written there, never mapped, hold
+    memory that no resident count shows. 0 where the rank's root cannot be read (it is not isolated)."""
+    used = 0
+    for folder in ("tmp", "dev/shm"):
+        try:
+            stat = os.statvfs(f"/proc/{pid}/root/{folder}")
+        except OSError:
+            continue
+        used += (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+    return used
 
 
 def _parent(pid: int) -> int | None:

@@ -11,8 +11,8 @@ SIGSTOP the launcher around their peak. So every rank, before any submitted code
 * its own output file (the worker shows them all as the task's output), so no file is open in two ranks;
 * its own user, mount and IPC namespaces (the same uid mapped: no newuidmap needed), where no further user
   namespace can be made (so no uncounted mount of its own);
-* every tmpfs the sandbox has read-only, and a fresh private tmpfs on /tmp and /dev/shm (its working folder);
-  no ptys (an empty /dev/pts);
+* every tmpfs the sandbox has read-only, and a fresh private tmpfs on /tmp and /dev/shm (its working folder),
+  whose usage the launcher adds to the rank's memory (family.py); no ptys (an empty /dev/pts);
 * no capabilities, ``no_new_privs``, and a Landlock domain of its own: no ptrace of a process outside it (ABI 1),
   and, with ABI >= 6 (Linux 6.12), no abstract unix socket and no signal outside it.
 
@@ -83,8 +83,11 @@ def isolate_rank(tmp_bytes: int, scopes: bool = True) -> None:
     os.chdir("/tmp")  # the old working folder (the worker's /tmp, shared) must not stay reachable as "."
     _drop_capabilities()
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    _landlock(scopes and landlock_abi() >= SCOPES_ABI)
-    _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")
+    in_domain = _landlock(scopes and landlock_abi() >= SCOPES_ABI)
+    # Dumpable, the launcher (same uid, outside any Landlock domain) can read this rank's private tmpfs usage through
+    # /proc/<pid>/root (family.py); the other ranks, each in a domain of its own, still cannot reach it. Without
+    # Landlock they could, so the rank stays non-dumpable then.
+    _check(_libc.prctl(PR_SET_DUMPABLE, 1 if in_domain else 0, 0, 0, 0), "dumpable")
 
 
 def _own_output() -> None:
@@ -135,11 +138,11 @@ def _drop_capabilities() -> None:
     _check(_libc.capset(header, data), "capset")
 
 
-def _landlock(scopes: bool) -> None:
+def _landlock(scopes: bool) -> bool:
     """A Landlock domain of this rank's own. Being in one already denies ptrace of anything outside it; the scopes
     deny abstract unix sockets and signals outside it. Without Landlock the rank goes on (the warning says so)."""
     if landlock_abi() < 1:
-        return
+        return False
     scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL if scopes else 0
     attr = _RulesetAttr(LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK, 0, scoped)
     fd = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
@@ -149,6 +152,7 @@ def _landlock(scopes: bool) -> None:
         _check(_libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, ctypes.c_uint32(0)), "landlock_restrict_self")
     finally:
         os.close(fd)
+    return True
 
 
 def available(tmp_bytes: int = 1 << 20) -> dict:
