@@ -8,6 +8,8 @@
   and to leave data in /dev/shm for the other rank.
 * ``family``: the peak memory the launcher's meter reads for ranks that hold 64 MiB themselves, in a child, or in
   an orphaned grandchild.
+* ``lazy_import``: a rank imports one of the grader's modules after its isolation (the course may be checked out
+  under /tmp, which each rank gets fresh).
 * ``costs``: milliseconds per rank fork with and without isolation, microseconds per memory sample.
 * ``epoll``: one worker fills its uid's epoll-watch quota (issue 25) while another runs two gloo ranks, with the
   sandbox as made here and with every worker under the grader's own uid (the control).
@@ -165,6 +167,25 @@ for counted in ("families", "ranks alone"):
 print(json.dumps(found))
 """
 
+LAZY_IMPORT = r"""
+import json, os, sys
+from pathlib import Path
+import coursekit
+from autograder.exercises import ranks
+from autograder.grader.sandbox import worker
+worker._not_dumpable()
+worker._configure_ranks(os.pipe()[1])
+names = sorted(f"coursekit.{p.stem}" for p in Path(coursekit.__file__).parent.glob("*.py") if p.stem != "__init__")
+name = next(n for n in names if n not in sys.modules)
+
+def import_late(rank, world_size, name):
+    import importlib
+    return importlib.import_module(name).__file__
+
+result = ranks.run_on_ranks(import_late, 2, name, timeout=60)
+print(json.dumps({"module": name, "imported_from": result.get("ranks", result), "checkout": os.path.dirname(coursekit.__file__)}))
+"""
+
 COSTS = r"""
 import json, os, statistics, time
 from autograder.exercises import meter
@@ -244,6 +265,10 @@ def family(sandbox) -> dict:
     return {"peak_mib": json.loads(run_in(sandbox, [sys.executable, "-c", FAMILY]))}
 
 
+def lazy_import(sandbox) -> dict:
+    return json.loads(run_in(sandbox, [sys.executable, "-c", LAZY_IMPORT]))
+
+
 def costs(sandbox) -> dict:
     return {"costs": json.loads(run_in(sandbox, [sys.executable, "-c", COSTS]))}
 
@@ -270,6 +295,7 @@ def epoll(sandbox) -> dict:
 if __name__ == "__main__":
     box = make_sandbox(gpu=False)
     check = {"forbidden": forbidden, "sidechannels": sidechannels, "worker": worker, "family": family, "costs": costs,
+             "lazy_import": lazy_import,
              "epoll": epoll}[sys.argv[1]]
     print(json.dumps({"sandbox": box.describe(), "warning": box.warning, "one_identity": box.one_identity,
                       **check(box)}))

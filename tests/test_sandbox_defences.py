@@ -275,6 +275,29 @@ def test_the_grading_worker_isolates_each_rank(who):
 
 
 @pytest.mark.slow
+def test_a_rank_still_imports_the_course_checked_out_under_tmp(tmp_path):
+    """Each isolated rank gets a fresh /tmp; what the sandbox bound below it (this checkout, when it lives in /tmp)
+    must stay visible there, read-only."""
+    if not is_root():
+        pytest.skip("runs the grader as root")
+    checkout = Path(shared_folder("checkout-"))
+    try:
+        ignore = shutil.ignore_patterns("__pycache__")
+        for part in ("autograder", "coursekit"):
+            shutil.copytree(REPO / part, checkout / part, ignore=ignore)
+        (checkout / "tests").mkdir()
+        shutil.copy(DRIVER, checkout / "tests")
+        run = subprocess.run([sys.executable, str(checkout / "tests" / DRIVER.name), "lazy_import"], capture_output=True,
+                             text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(checkout)}, cwd=checkout)
+        assert run.returncode == 0, run.stderr[-3000:]
+        found = json.loads(run.stdout.strip().splitlines()[-1])
+        assert found["checkout"] == str(checkout / "coursekit"), found
+        assert found["imported_from"] == [str(checkout / "coursekit" / (found["module"].split(".")[1] + ".py"))] * 2, found
+    finally:
+        shutil.rmtree(checkout, ignore_errors=True)
+
+
+@pytest.mark.slow
 def test_memory_counts_every_process_a_rank_starts():
     """A rank that parks 64 MiB in a child, in a grandchild that outlives it, or in files of its private tmpfs is
     charged with it; the control (each rank process by itself) is fooled."""

@@ -77,7 +77,7 @@ def isolate_rank(tmp_bytes: int, scopes: bool = True) -> None:
     for target, flags in _writable_tmpfs():
         _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
     for target in ("/tmp", "/dev/shm"):
-        _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=1777")
+        _fresh_tmpfs(target, tmp_bytes)
     if os.path.isdir("/dev/pts"):
         _mount("tmpfs", "/dev/pts", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=755")
     os.chdir("/tmp")  # the old working folder (the worker's /tmp, shared) must not stay reachable as "."
@@ -111,6 +111,28 @@ def _mount(source, target: str, fstype, flags: int, data: str | None = None) -> 
     encode = (lambda s: None if s is None else s.encode())
     _check(_libc.mount(encode(source), target.encode(), encode(fstype), ctypes.c_ulong(flags), encode(data)),
            f"mount {target}")
+
+
+def _fresh_tmpfs(target: str, size: int) -> None:
+    """A new, empty tmpfs on ``target``, with what was mounted below it bound again (the grader's packages, when the
+    course is checked out under /tmp): held by descriptors while the new tmpfs covers their paths."""
+    below = [m for m in _mount_points() if m.startswith(target.rstrip("/") + "/")]
+    below = [m for m in below if not any(m.startswith(o + "/") for o in below)]  # their own submounts come along
+    held = [(m, os.open(m, os.O_PATH | os.O_CLOEXEC)) for m in below]
+    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+    for path, fd in held:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "a").close()
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
+
+
+def _mount_points() -> list[str]:
+    return [line.split()[4].encode().decode("unicode_escape")
+            for line in Path("/proc/self/mountinfo").read_text().splitlines()]
 
 
 def _writable_tmpfs() -> list[tuple[str, int]]:
