@@ -74,10 +74,11 @@ def isolate_rank(tmp_bytes: int, scopes: bool = True) -> None:
     # A user namespace of its own would let submitted code mount a tmpfs that no meter sees.
     _write("/proc/sys/user/max_user_namespaces", "0")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    for target, flags in _writable_tmpfs():
+    mounts = _mounts()
+    for target, flags in _writable_tmpfs(mounts):
         _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
     for target in ("/tmp", "/dev/shm"):
-        _fresh_tmpfs(target, tmp_bytes)
+        _fresh_tmpfs(target, tmp_bytes, [m for m, _, _ in mounts])
     if os.path.isdir("/dev/pts"):
         _mount("tmpfs", "/dev/pts", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=755")
     os.chdir("/tmp")  # the old working folder (the worker's /tmp, shared) must not stay reachable as "."
@@ -113,10 +114,10 @@ def _mount(source, target: str, fstype, flags: int, data: str | None = None) -> 
            f"mount {target}")
 
 
-def _fresh_tmpfs(target: str, size: int) -> None:
+def _fresh_tmpfs(target: str, size: int, mount_points: list[str]) -> None:
     """A new, empty tmpfs on ``target``, with what was mounted below it bound again (the grader's packages, when the
     course is checked out under /tmp): held by descriptors while the new tmpfs covers their paths."""
-    below = [m for m in _mount_points() if m.startswith(target.rstrip("/") + "/")]
+    below = [m for m in mount_points if m.startswith(target.rstrip("/") + "/")]
     below = [m for m in below if not any(m.startswith(o + "/") for o in below)]  # their own submounts come along
     held = [(m, os.open(m, os.O_PATH | os.O_CLOEXEC)) for m in below]
     _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
@@ -130,24 +131,21 @@ def _fresh_tmpfs(target: str, size: int) -> None:
         os.close(fd)
 
 
-def _mount_points() -> list[str]:
-    return [line.split()[4].encode().decode("unicode_escape")
-            for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-
-
-def _writable_tmpfs() -> list[tuple[str, int]]:
-    """Every writable tmpfs in this mount namespace (bubblewrap's /, /dev and the folders it made are writable for an
-    unprivileged grader's workers), with the flags a remount must keep (they are locked in a child namespace)."""
+def _mounts() -> list[tuple[str, str, list[str]]]:
+    """(mount point, file system type, per-mount options) of every mount in this namespace, in mount order."""
     found = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         before, _, after = line.partition(" - ")
         fields = before.split()
-        fstype = after.split()[0]
-        options = fields[5].split(",")
-        target = fields[4].encode().decode("unicode_escape")
-        if fstype == "tmpfs" and "rw" in options and target not in ("/tmp", "/dev/shm"):
-            found.append((target, sum(LOCKED_FLAGS.get(o, 0) for o in options)))
+        found.append((fields[4].encode().decode("unicode_escape"), after.split()[0], fields[5].split(",")))
     return found
+
+
+def _writable_tmpfs(mounts) -> list[tuple[str, int]]:
+    """Every writable tmpfs in this mount namespace (bubblewrap's /, /dev and the folders it made are writable for an
+    unprivileged grader's workers), with the flags a remount must keep (they are locked in a child namespace)."""
+    return [(target, sum(LOCKED_FLAGS.get(o, 0) for o in options)) for target, fstype, options in mounts
+            if fstype == "tmpfs" and "rw" in options and target not in ("/tmp", "/dev/shm")]
 
 
 def _drop_capabilities() -> None:
