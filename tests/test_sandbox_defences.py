@@ -103,6 +103,29 @@ def test_without_bubblewrap_the_warning_says_stubs_and_rank_isolation_are_missin
     assert not sandbox.stubs.binds and not sandbox.isolate_ranks
 
 
+def test_stubs_that_break_torch_are_left_out_with_a_warning(monkeypatch):
+    answer = {"imports": True, "compiles": "InternalTorchDynamoError: x", "uses": {},
+              "isolation": {"namespaces": "", "landlock_abi": 7}}
+    monkeypatch.setattr(probe, "cached_probe", lambda sandbox: answer)
+    sandbox = with_probe(Sandbox("bubblewrap", Limits(), None))
+    assert not sandbox.stubs.binds and sandbox.isolate_ranks
+    assert "do not fit this torch" in sandbox.warning and "torch.compile fails" in sandbox.warning
+    with sandbox.launch(["python"], "/tmp") as launch:
+        assert str(forbidden.STUB_MODULE) not in launch.command
+
+
+def test_a_sandbox_travels_with_its_defences():
+    import pickle
+
+    sandbox = Sandbox("bubblewrap", Limits(), 64000, uids=UidPool(64000), stubs=forbidden.locate(), isolate_ranks=True,
+                      subids=identity.SubIds(1000000, 1000000, 1024))
+    copy = pickle.loads(pickle.dumps(sandbox))
+    assert (copy.stubs, copy.isolate_ranks, copy.subids) == (sandbox.stubs, True, sandbox.subids)
+    with copy.launch(["python"], "/tmp") as student, copy.launch(["python"], "/tmp", reference=True) as reference:
+        assert str(forbidden.STUB_MODULE) in student.command and str(forbidden.STUB_MODULE) not in reference.command
+        assert "AUTOGRADER_ISOLATE_RANKS" in reference.command  # the reference's ranks are measured alike
+
+
 def test_isolation_gaps_are_described():
     assert isolation.describe({"namespaces": "", "landlock_abi": 7}) == ""
     assert "signal" in isolation.describe({"namespaces": "", "landlock_abi": 4})

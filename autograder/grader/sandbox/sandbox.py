@@ -80,6 +80,9 @@ class UidPool:
         self.base, self._free, self._lock = base, [], threading.Lock()
         self._next = base
 
+    def __reduce__(self):  # a fresh pool wherever it is unpickled (its lock cannot travel)
+        return (UidPool, (self.base,))
+
     @contextmanager
     def take(self):
         with self._lock:
