@@ -121,10 +121,10 @@ class Sandbox:
     warning: str = ""
     uids: UidPool | None = field(default=None, compare=False, repr=False)
     cgroups: CgroupPlan = CgroupPlan("")
-    devices: Devices = CPU_ONLY    # the same for every worker: the reference's and each student's
     stubs: forbidden.Stubs = forbidden.Stubs(reason="not probed")   # bound in students' workers only
     isolate_ranks: bool = False    # every rank a worker forks gets namespaces of its own (isolation.py)
     subids: SubIds | None = None   # an unprivileged grader's subordinate uids: one kernel uid per worker
+    devices: Devices = CPU_ONLY    # the same for every worker: the reference's and each student's
 
     @contextmanager
     def launch(self, argv: list[str], workdir: str, *, reference: bool = False):
@@ -164,8 +164,8 @@ class Sandbox:
 
     def __reduce__(self):  # a fresh uid pool wherever the sandbox is unpickled (Dask workers)
         return (Sandbox, (self.mode, self.limits, self.uid, self.warning,
-                          UidPool(self.uid) if self.uid is not None else None, self.cgroups, self.devices,
-                          self.stubs, self.isolate_ranks, self.subids))
+                          UidPool(self.uid) if self.uid is not None else None, self.cgroups, self.stubs,
+                          self.isolate_ranks, self.subids, self.devices))
 
     @property
     def one_identity(self) -> bool:
