@@ -59,9 +59,18 @@ def loopback_tx_bytes() -> int | None:
     return None
 
 
+def ranks_alone(pids: list[int], baseline: int) -> list[int | None]:
+    """What each rank process holds above ``baseline`` (None when it is gone)."""
+    return [None if held is None else max(0, held - baseline) for held in map(status_bytes, pids)]
+
+
 class Meter:
-    def __init__(self, interval: float = SAMPLE_S, gates=None, private_network: bool = False):
-        self.interval, self.gates, self.private_network = interval, gates, private_network
+    def __init__(self, interval: float = SAMPLE_S, gates=None, held=None, private_network: bool = False):
+        """``held(pids, baseline)``: what each rank holds now; in class grading, counted over every process it
+        started (grader/sandbox/family.py), else the rank processes alone. ``private_network``: the loopback
+        carries only these ranks' traffic (the grader's sandbox)."""
+        self.interval, self.gates, self.measure = interval, gates, held or ranks_alone
+        self.private_network = private_network
         self.pids: list[int] = []
         self.baseline = 0
         self.peaks: list[int] = []
@@ -81,13 +90,11 @@ class Meter:
 
     def held(self, rank: int) -> int | None:
         """What rank ``rank`` holds now above what it inherited (None when it is gone)."""
-        held = status_bytes(self.pids[rank])
-        return None if held is None else max(0, held - self.baseline)
+        return self.measure(self.pids, self.baseline)[rank]
 
     def sample(self) -> None:
         total = 0
-        for i in range(len(self.pids)):
-            grown = self.held(i)
+        for i, grown in enumerate(self.measure(self.pids, self.baseline)):
             if grown is not None:
                 self.peaks[i] = max(self.peaks[i], grown)
                 total += grown

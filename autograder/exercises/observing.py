@@ -88,3 +88,15 @@ def float32_data(t) -> list[float]:
 def params_data(model) -> list[float]:
     """All parameters of a model, flattened in registration order."""
     return [v for p in model.parameters() for v in tensor_data(p)]
+
+
+def collective_counts(prof, leave_out: tuple[str, ...] = ()) -> list[list]:
+    """Every gloo operation a torch.profiler saw, by kind, as sorted [kind, count] pairs (``leave_out``: kinds not
+    counted, e.g. point-to-point). Pairs, not a record: a record of the observation has the reference's keys
+    (parse.py), and a student's kinds are not the reference's."""
+    counts: dict[str, int] = {}
+    for event in prof.events():
+        kind = event.name.removeprefix("gloo:")
+        if event.name.startswith("gloo:") and kind not in leave_out:
+            counts[kind] = counts.get(kind, 0) + 1
+    return [[kind, count] for kind, count in sorted(counts.items())]

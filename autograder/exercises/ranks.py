@@ -19,6 +19,7 @@ whatever a rank started is killed with the task's session and the sandbox's PID 
 """
 import ctypes
 import datetime
+import gc
 import json
 import os
 import select
@@ -38,16 +39,19 @@ REPLY_LIMIT = 2 << 20       # bytes one rank may answer with
 _STUDENT_RAISED = "the student's code raised: "
 _PEER_GONE = ("Timed out", "timed out", "closed by peer", "Connection reset", "Broken pipe")
 _child_setup = []           # callables run first in every rank (``configure``)
+_held = []                  # how the meter counts what each rank holds (``configure``; default: the rank alone)
 M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameters
 
 
 _private_network = [False]  # the ranks' loopback carries only their own traffic (the grader's sandbox)
 
 
-def configure(*, child_setup=None, private_network: bool = False) -> None:
-    """How ranks start in this process: the grading worker registers what every rank does before anything else, and
-    says whether the loopback is the sandbox's own (then its byte counts are exact, meter.py)."""
+def configure(*, child_setup=None, held=None, private_network: bool = False) -> None:
+    """How ranks start in this process: the grading worker registers what every rank does before anything else,
+    ``held(pids, baseline)``, what each rank holds counted over every process it started (meter.py), and whether
+    the loopback is the sandbox's own (then its byte counts are exact)."""
     _child_setup[:] = [child_setup] if child_setup else []
+    _held[:] = [held] if held else []
     _private_network[0] = private_network
 
 
@@ -183,8 +187,9 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
     each rank's gate requests as the policy says, measuring the ranks while they wait.
     """
     port, ranks = free_port(), []
-    meter = Meter(gates=gates, private_network=_private_network[0])
+    meter = Meter(gates=gates, held=_held[0] if _held else None, private_network=_private_network[0])
     trim_memory()
+    gc.freeze()  # a rank's garbage collection then leaves the inherited objects' pages shared (no copy-on-write)
     for rank in range(world_size):
         read_fd, write_fd = os.pipe()
         requests, replies = (os.pipe(), os.pipe()) if gates else ((None, None), (None, None))
@@ -200,6 +205,7 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
             if fd is not None:
                 os.close(fd)
         ranks.append(_Rank(rank, pid, read_fd, (requests[0], replies[1]) if gates else None))
+    gc.unfreeze()
     meter.start([r.pid for r in ranks])
     try:
         failure = _collect(ranks, meter, time.monotonic() + timeout)

@@ -187,10 +187,17 @@ def digests_close(got: list, want: list, rtol: float) -> bool:
         for a, b in zip(g, w)) for g, w in zip(got, want))
 
 
+def measured_privately(*meters) -> bool:
+    """True when every meter counted the bytes of a loopback that carried only its ranks' traffic (the grader's
+    sandbox has a network namespace of its own). Elsewhere (a student's kernel, next to a browser and a database)
+    other processes' traffic lands in the count: a byte check then judges nothing, rather than judge wrongly."""
+    return all(isinstance(m, dict) and m.get("private_network") is True for m in meters)
+
+
 def sent_too_much(student_meter: dict, reference_meter: dict, factor: float) -> float | None:
     """How many times the reference's loopback bytes the student's ranks sent, when that is more than ``factor``
     and both were measured on a private loopback (the grader's sandbox); else None."""
     mine, theirs = student_meter.get("lo_bytes"), reference_meter.get("lo_bytes")
-    if not (student_meter.get("private_network") and reference_meter.get("private_network") and mine and theirs):
+    if not (measured_privately(student_meter, reference_meter) and mine and theirs):
         return None
     return mine / theirs if mine > factor * theirs else None

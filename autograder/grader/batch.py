@@ -98,8 +98,9 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
     reference_s = time.perf_counter() - started
     state = out / ".state"
     version = _grader_version(references, sandbox, timeout)
-    serialised = ("rank exercises graded one student at a time (every worker runs as the grader's uid; grade as "
-                  "root for one uid per worker)") if sandbox.one_identity and any(
+    serialised = ("rank exercises graded one student at a time, with no other worker alive (every worker runs as the "
+                  "grader's uid; grade as root, or give the grader's user subordinate uids in /etc/subuid and "
+                  "/etc/subgid, for one uid per worker)") if sandbox.one_identity and any(
         get_exercise(e).ranks for e in exercises) else ""
     summary = BatchSummary(students=len(submissions), isolation=sandbox.describe(), left_out=left_out,
                            serialised=serialised,

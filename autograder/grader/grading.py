@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from ..authoring.course import Course, reference_cells
@@ -104,17 +105,60 @@ def _grade_submission(submission, course, wanted, references, sandbox, timeout):
     return [rows[key] for key in sorted(rows, key=order.get)], timings
 
 
-RANK_EXERCISES_ONE_AT_A_TIME = threading.Lock()
+class AloneOrShared:
+    """Workers that start ranks run alone; the others run side by side. A per-user quota (epoll watches, ...) that
+    one student's code fills makes gloo fail in every rank of the same uid, so under one identity no other
+    student's worker may be alive while ranks run. Waiting "alone" workers go first."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._shared = self._waiting = 0
+        self._alone = False
+
+    @contextmanager
+    def shared(self):
+        with self._changed:
+            self._changed.wait_for(lambda: not self._alone and not self._waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._shared -= 1
+                self._changed.notify_all()
+
+    @contextmanager
+    def alone(self):
+        with self._changed:
+            self._waiting += 1
+            self._changed.wait_for(lambda: not self._alone and not self._shared)
+            self._waiting -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._alone = False
+                self._changed.notify_all()
+
+
+RANK_EXERCISES_ALONE = AloneOrShared()
 
 
 def run_isolated(tasks: list[Task], sandbox: Sandbox) -> tuple[dict, float]:
     """One student's tasks in one worker; where every worker shares the grader's identity, the rank exercises in a
-    worker of their own, one student at a time (``Sandbox.one_identity``)."""
-    ranked = [t for t in tasks if get_exercise(t.exercise).ranks] if sandbox.one_identity else []
-    results, peak_mib = run_tasks([t for t in tasks if t not in ranked], sandbox) if len(ranked) < len(tasks) \
-        else ({}, 0.0)
+    worker of their own that runs while no other worker does (``Sandbox.one_identity``). The next one starts a
+    fresh sandbox (seconds to import torch), while a killed one's processes, and the watches they held, are gone
+    within milliseconds, so no canary run is needed before blaming a student's code for a gloo failure."""
+    if not sandbox.one_identity:
+        return run_tasks(tasks, sandbox)
+    ranked = [t for t in tasks if get_exercise(t.exercise).ranks]
+    results, peak_mib = {}, 0.0
+    if len(ranked) < len(tasks):
+        with RANK_EXERCISES_ALONE.shared():
+            results, peak_mib = run_tasks([t for t in tasks if t not in ranked], sandbox)
     if ranked:
-        with RANK_EXERCISES_ONE_AT_A_TIME:
+        with RANK_EXERCISES_ALONE.alone():
             more, peak = run_tasks(ranked, sandbox)
         results, peak_mib = {**results, **more}, max(peak_mib, peak)
     return results, peak_mib

@@ -55,7 +55,7 @@ def _run_worker(tasks: list[Task], sandbox: Sandbox, as_reference: bool):
     with tempfile.TemporaryDirectory(prefix="grader-work-") as workdir, tempfile.TemporaryFile() as errors:
         read_fd, write_fd = os.pipe()
         argv = [sys.executable, "-m", "autograder.grader.sandbox.worker", "--results-fd", str(write_fd)]
-        with sandbox.launch(argv, workdir) as launch:
+        with sandbox.launch(argv, workdir, reference=as_reference) as launch:
             try:
                 proc = subprocess.Popen(
                     launch.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors,

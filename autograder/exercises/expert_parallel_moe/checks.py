@@ -1,6 +1,6 @@
 """The checks of ``ExpertParallelMoE``: plain Python on the observations (no torch here)."""
 
-from ..reading import case, close, max_abs_diff, rank_results, scenario
+from ..reading import case, close, max_abs_diff, measured_privately, rank_results, scenario
 from .cases import ATOL, ROW_SUM_ATOL, RTOL, TRAFFIC_RATIO
 
 ABORTED_HINT = ("in an all-to-all whose split sizes did not match between ranks: exchange the per-rank counts first, "
@@ -119,6 +119,8 @@ def traffic_problem(student, reference) -> str | None:
     want = reference["scenarios"]["traffic"]["meter"]["lo_bytes"]
     if not isinstance(got, int | float) or got < 0:
         return f"When {c['what']}, the grader could not read the bytes your ranks sent."
+    if not measured_privately(scenario(student, "traffic", c["what"])["meter"], reference["scenarios"]["traffic"]["meter"]):
+        return None  # bytes judged in the grader's sandbox only (reading.measured_privately)
     ratio = got / want
     if 1 / TRAFFIC_RATIO <= ratio <= TRAFFIC_RATIO:
         return None

@@ -8,7 +8,7 @@ import torch
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
 from ..meter import SampleAtGates
-from ..observing import float32_data, observation, tensor_data
+from ..observing import collective_counts, float32_data, observation, tensor_data
 from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call, trim_memory
 from .cases import FINGERPRINT_COLUMNS, cases
 
@@ -65,16 +65,6 @@ class P2PLog:
         dist.ProcessGroup.send, dist.ProcessGroup.recv = logged_send, logged_recv
 
 
-def collectives(prof) -> dict[str, int]:
-    """Every gloo operation the profiler saw, by kind, point-to-point ones left out: {"all_gather": 1, ...}."""
-    counts: dict[str, int] = {}
-    for event in prof.events():
-        kind = event.name.removeprefix("gloo:")
-        if event.name.startswith("gloo:") and kind not in ("send", "recv"):
-            counts[kind] = counts.get(kind, 0) + 1
-    return counts
-
-
 def ring_rank(rank: int, world_size: int, fn, case: dict) -> dict:
     """One rank: its own chunk, the student's ring attention under no_grad, what it returned and sent."""
     from torch.profiler import ProfilerActivity, profile
@@ -94,7 +84,7 @@ def ring_rank(rank: int, world_size: int, fn, case: dict) -> dict:
     if case["measure_memory"]:
         out = out[..., :FINGERPRINT_COLUMNS]
     return {"forbidden": False, "output": float32_data(out), "sends": log.sends, "recvs": log.recvs,
-            "collectives": [[kind, count] for kind, count in sorted(collectives(prof).items())]}
+            "collectives": collective_counts(prof, leave_out=("send", "recv"))}
 
 
 def _raise(exc: Exception):

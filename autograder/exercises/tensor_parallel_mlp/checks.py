@@ -1,5 +1,5 @@
 """The checks of ``TensorParallelMLP``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, rank_results, scenario
+from ..reading import case, close, measured_privately, rank_results, scenario
 from .cases import ATOL, ROLES, TRAFFIC_RATIO
 
 DTENSOR = ("Your module uses torch.distributed.tensor (parallelize_module or DTensor), which does this exercise for "
@@ -190,6 +190,8 @@ def traffic_problem(student, reference, phase: str) -> str | None:
         problem = fingerprint_problem(student["scenarios"]["traffic"], want, "x_grad")
         if problem:
             return f"This could not be confirmed: {problem}"
+    if not measured_privately(scenario(student, "traffic", c["what"])["meter"], want["meter"]):
+        return None  # bytes judged in the grader's sandbox only (reading.measured_privately)
     ratio = got[phase] / pass_bytes(want["meter"], c)[phase]
     if 1 / TRAFFIC_RATIO <= ratio <= TRAFFIC_RATIO:
         return None

@@ -7,7 +7,7 @@ from torch import nn
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
 from ..meter import SampleAtGates
-from ..observing import float32_data, observation, tensor_data
+from ..observing import collective_counts, float32_data, observation, tensor_data
 from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call
 from .cases import FINGERPRINT_ROWS, cases
 
@@ -67,22 +67,6 @@ def single_process(case: dict) -> dict:
 
 # ---- observing: real processes, the grader's own count of collectives ---------------------------
 
-def collectives(prof) -> dict[str, int]:
-    """Every gloo collective the profiler saw, by kind: {"all_reduce": 1, ...}."""
-    counts: dict[str, int] = {}
-    for event in prof.events():
-        if event.name.startswith("gloo:"):
-            kind = event.name.removeprefix("gloo:")
-            counts[kind] = counts.get(kind, 0) + 1
-    return counts
-
-
-def as_pairs(counts: dict[str, int]) -> list[list]:
-    """Counts by kind as [kind, count] pairs: a record of the observation has the reference's keys (parse.py), and
-    a student's kinds are not the reference's."""
-    return [[kind, count] for kind, count in sorted(counts.items())]
-
-
 def find_shards(module, case: dict) -> dict[str, torch.Tensor | None]:
     """The module's parameter for each role, found by its shape (names are the student's choice). Where two
     parameters fit one role (a kept copy of the full fc2, say), the one that received a gradient wins."""
@@ -133,13 +117,13 @@ def tensor_parallel_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     if case["measure_traffic"]:  # large: a fingerprint of the results, and the counts (feedback)
         return {"forbidden": False, "output": float32_data(y[:FINGERPRINT_ROWS]),
                 "x_grad": None if x.grad is None else float32_data(x.grad[:FINGERPRINT_ROWS]),
-                "forward": as_pairs(collectives(forward_prof)), "backward": as_pairs(collectives(backward_prof))}
+                "forward": collective_counts(forward_prof), "backward": collective_counts(backward_prof)}
     shards = find_shards(module, case)
     return {"forbidden": False, "output": tensor_data(y), "x_grad": None if x.grad is None else tensor_data(x.grad),
             "shards": {role: None if p is None else
                        {"value": tensor_data(p), "grad": None if p.grad is None else tensor_data(p.grad)}
                        for role, p in shards.items()},
-            "forward": as_pairs(collectives(forward_prof)), "backward": as_pairs(collectives(backward_prof))}
+            "forward": collective_counts(forward_prof), "backward": collective_counts(backward_prof)}
 
 
 def warm_profiler() -> None:

@@ -4,8 +4,13 @@
   only the Python installation and the grader's own packages, read-only, plus a private ``/tmp``:
   no solutions, no gradebook, no other submissions, no network (loopback stays up, so gloo ranks can
   still talk to each other).
-* **setpriv** to an unprivileged uid when the grader runs as root, with no new privileges and no
-  capabilities.
+* **setpriv** to an unprivileged uid of its own per worker when the grader runs as root, with no new privileges
+  and no capabilities; an ordinary user's grader does the same inside ``unshare`` with its subordinate uids where
+  ``/etc/subuid`` gives it some (``identity.py``), else every worker runs as the grader's own uid.
+* **forbidden libraries switched off** in students' workers (``forbidden.py``): stubs bound over torch's DDP, FSDP,
+  tensor parallelism and ZeroRedundancyOptimizer. The reference's worker keeps them.
+* **ranks isolated from each other** (``isolation.py``): every rank a grading worker forks gets namespaces of its
+  own, so ranks exchange data only through the loopback the grader counts, and cannot stop the measuring process.
 * **rlimits** on address space, file size (this is also the output limit), processes and open files.
 * **a control group per worker** (``cgroups.py``): CPU share, total memory and process count for the
   student's code as a whole, and a way to kill all of it from outside.
@@ -14,8 +19,10 @@
   ``/etc/ld.so.cache`` read-only, and no address-space rlimit (CUDA reserves a huge virtual range); memory
   is then bounded by the worker's cgroup where there is one.
 
-Where bubblewrap is missing or cannot create namespaces, the worker runs with rlimits only; where no
-cgroup can be made, without the per-worker totals. The grader prints one warning saying exactly which.
+Where bubblewrap is missing or cannot create namespaces, the worker runs with rlimits only (no stubs, no rank
+isolation); where no cgroup can be made, without the per-worker totals. A probe worker (``probe.py``) proves the
+stubs and the rank isolation work here before any student's code runs. The grader prints one warning saying
+exactly what is missing.
 """
 import json
 import os
@@ -30,8 +37,10 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
+from . import forbidden, isolation, probe
 from .cgroups import CgroupPlan, WorkerGroup, detect
 from .devices import CPU_ONLY, PROBE, Devices, gpu_candidate
+from .identity import SubIds, subordinate_ids, works
 
 AUTOGRADER = Path(__file__).resolve().parents[2]  # the grader's own package
 NOBODY = 65534
@@ -71,6 +80,9 @@ class UidPool:
         self.base, self._free, self._lock = base, [], threading.Lock()
         self._next = base
 
+    def __reduce__(self):  # a fresh pool wherever it is unpickled (its lock cannot travel)
+        return (UidPool, (self.base,))
+
     @contextmanager
     def take(self):
         with self._lock:
@@ -109,21 +121,26 @@ class Sandbox:
     warning: str = ""
     uids: UidPool | None = field(default=None, compare=False, repr=False)
     cgroups: CgroupPlan = CgroupPlan("")
+    stubs: forbidden.Stubs = forbidden.Stubs(reason="not probed")   # bound in students' workers only
+    isolate_ranks: bool = False    # every rank a worker forks gets namespaces of its own (isolation.py)
+    subids: SubIds | None = None   # an unprivileged grader's subordinate uids: one kernel uid per worker
     devices: Devices = CPU_ONLY    # the same for every worker: the reference's and each student's
 
     @contextmanager
-    def launch(self, argv: list[str], workdir: str):
-        """How to start one worker; valid while the block runs (it holds a uid and a cgroup)."""
+    def launch(self, argv: list[str], workdir: str, *, reference: bool = False):
+        """How to start one worker (the reference's keeps the forbidden libraries); valid while the block runs (it
+        holds a uid and a cgroup)."""
         group = WorkerGroup(self.cgroups, self.limits.total_memory_bytes, self.limits.processes) \
             if self.mode != "off" and self.cgroups.backend else None
         try:
             with (self.uids.take() if self.uids else _no_uid()) as uid:
-                yield self._launch(argv, workdir, uid, group)
+                yield self._launch(argv, workdir, uid, group, reference)
         finally:
             if group:
                 group.remove()
 
-    def _launch(self, argv: list[str], workdir: str, uid: int | None, group: WorkerGroup | None) -> Launch:
+    def _launch(self, argv: list[str], workdir: str, uid: int | None, group: WorkerGroup | None,
+                reference: bool = False) -> Launch:
         prefix = group.command_prefix() if group else []
         env = _worker_env(home=workdir, devices=self.devices)
         if self.mode == "off":
@@ -139,11 +156,16 @@ class Sandbox:
             return Launch(prefix + argv, env, preexec, group)
         # bubblewrap itself runs with a scrubbed environment too: it is the sandbox's PID 1, and an
         # unprivileged grader's student code (same uid) could read /proc/1/environ.
-        return Launch(prefix + _bwrap_args(limits, uid, self.devices) + argv, env, preexec, group)
+        if self.subids:  # root of a user namespace of our subordinate uids: setpriv then gives a kernel uid of its own
+            prefix += self.subids.prefix(self.uid, limits.processes)
+        stubs = () if reference else self.stubs.args()
+        return Launch(prefix + _bwrap_args(limits, uid, self.devices, stubs, self.isolate_ranks) + argv, env, preexec,
+                      group)
 
     def __reduce__(self):  # a fresh uid pool wherever the sandbox is unpickled (Dask workers)
         return (Sandbox, (self.mode, self.limits, self.uid, self.warning,
-                          UidPool(self.uid) if self.uid is not None else None, self.cgroups, self.devices))
+                          UidPool(self.uid) if self.uid is not None else None, self.cgroups, self.stubs,
+                          self.isolate_ranks, self.subids, self.devices))
 
     @property
     def one_identity(self) -> bool:
@@ -154,13 +176,18 @@ class Sandbox:
 
     def describe(self) -> str:
         who = f"uids from {self.uid}" if self.uid is not None else f"uid {os.getuid()}"
+        if self.subids:
+            who += f" ({self.subids.describe()})"
+        if self.mode == "bubblewrap":
+            who += f", {self.stubs.describe()}" + (", ranks isolated" if self.isolate_ranks else ", ranks not isolated")
         return {"bubblewrap": f"bubblewrap namespaces (no network, private /tmp, read-only Python), {who}, rlimits",
                 "rlimits": f"rlimits only, {who}", "off": "no isolation"}[self.mode] + \
             (f", {self.cgroups.describe()}" if self.mode != "off" else "")
 
     def fingerprint(self) -> str:
         """What a saved result depends on besides the code: isolation, every limit and the devices."""
-        return f"{self.mode}|{self.uid is not None}|{self.cgroups.backend}|{self.limits}|{self.devices.describe()}"
+        return (f"{self.mode}|{self.uid is not None}|{self.cgroups.backend}|{self.limits}|{self.devices.describe()}"
+                f"|stubs={len(self.stubs.binds)}|isolated={self.isolate_ranks}")
 
 
 @contextmanager
@@ -214,7 +241,8 @@ def _device_args(devices: Devices) -> list[str]:
     return args
 
 
-def _bwrap_args(limits: Limits, uid: int | None, devices: Devices = CPU_ONLY) -> list[str]:
+def _bwrap_args(limits: Limits, uid: int | None, devices: Devices = CPU_ONLY, stubs: tuple | list = (),
+                isolate_ranks: bool = False) -> list[str]:
     args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "grader",
             "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
@@ -233,9 +261,12 @@ def _bwrap_args(limits: Limits, uid: int | None, devices: Devices = CPU_ONLY) ->
                 args += ["--perms", "0755", "--dir", str(parent)]
                 made.add(parent)
         args += ["--ro-bind", str(tree), str(tree)]
+    args += list(stubs)  # over the read-only Python trees they cover (forbidden.py)
     args += ["--chdir", "/tmp", "--clearenv"]
     for key, value in _worker_env(home="/tmp", devices=devices).items():
         args += ["--setenv", key, value]
+    if isolate_ranks:  # the size of each rank's private /tmp and /dev/shm (isolation.py)
+        args += ["--setenv", "AUTOGRADER_ISOLATE_RANKS", str(limits.tmp_bytes)]
     args += ["--setenv", "AUTOGRADER_OWN_PID_NAMESPACE", "1", "--"]
     if uid is not None:
         args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
@@ -248,6 +279,9 @@ def _worker_env(home: str, devices: Devices = CPU_ONLY) -> dict[str, str]:
             "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "KINETO_LOG_LEVEL": "6", "MPLBACKEND": "Agg",
             "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10d warns about the sandbox's hostname once per rank
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "MPLCONFIGDIR": f"{home}/.mpl",
+            # glibc reads this at start only: a freed tensor then leaves the resident memory the meter reads
+            # (else glibc's threshold rises to the largest block freed, and freed layers stay resident)
+            "MALLOC_MMAP_THRESHOLD_": "65536",
             "PYTHONPATH": os.pathsep.join(_our_package_parents()),  # the grader's own autograder and coursekit
             **devices.env()}
 
@@ -271,7 +305,7 @@ def make_sandbox(enabled: bool = True, limits: Limits | None = None, uid: int | 
                  gpu: bool = True, dev_root: str = "/dev") -> Sandbox:
     """Pick the strongest isolation this machine allows and the devices every worker gets (a GPU only where
     ``gpu`` and a probe worker could use it), and say, in one warning, what is missing."""
-    return with_devices(_isolation(enabled, limits or Limits(), uid), gpu, dev_root)
+    return with_devices(with_probe(_isolation(enabled, limits or Limits(), uid)), gpu, dev_root)
 
 
 def _isolation(enabled: bool, limits: Limits, uid: int | None) -> Sandbox:
@@ -283,7 +317,10 @@ def _isolation(enabled: bool, limits: Limits, uid: int | None) -> Sandbox:
         "slow the students graded next to them (their own time limit and process count still hold)")
     if _bwrap_works():
         warning = f"WARNING: {missing}." if missing else ""
-        if os.geteuid() != 0:  # already unprivileged: keep our uid
+        if os.geteuid() != 0:  # unprivileged: our subordinate uids, one per worker, or else our own uid for all
+            subids, base = subordinate_ids(), uid if uid is not None else UID_BASE
+            if subids and not works(subids, base):
+                return Sandbox("bubblewrap", limits, base, warning, uids=UidPool(base), cgroups=plan, subids=subids)
             return Sandbox("bubblewrap", limits, None, warning, cgroups=plan)
         base = uid if uid is not None else UID_BASE
         return Sandbox("bubblewrap", limits, base, warning, uids=UidPool(base), cgroups=plan)
@@ -293,6 +330,40 @@ def _isolation(enabled: bool, limits: Limits, uid: int | None) -> Sandbox:
                    f"WARNING: {reason}; submitted code runs with resource limits only: it can read your files "
                    "and reach the network. Install Debian's `bubblewrap` package for full isolation."
                    + (f" Also {missing}." if missing else ""), cgroups=plan)
+
+
+def with_probe(sandbox: Sandbox) -> Sandbox:
+    """The sandbox with the forbidden libraries switched off and ranks isolated, as far as a probe worker exactly
+    like a student's (``probe.py``) shows they work here; what does not is added to the warning."""
+    if sandbox.mode == "off":
+        return sandbox
+    if sandbox.mode == "rlimits":
+        return _warn(replace(sandbox, stubs=forbidden.Stubs(reason="no bubblewrap to bind stubs over them")),
+                     "without bubblewrap, the libraries an exercise forbids (DDP, FSDP, ...) stay importable in "
+                     "students' code and a student's ranks are not isolated from each other")
+    stubs = forbidden.locate()
+    answer = probe.cached_probe(replace(sandbox, stubs=stubs))
+    problems = []
+    if stubs.binds and (problem := probe.stub_problem(answer)):
+        stubs = forbidden.Stubs(reason=f"the stubs do not fit this torch: {problem}")
+        problems.append(f"the stubs that switch off the libraries an exercise forbids do not fit this torch "
+                        f"({problem}): they stay importable in students' code")
+    elif not stubs.binds:
+        problems.append(f"the libraries an exercise forbids stay importable in students' code ({stubs.reason})")
+    elif stubs.missing:
+        problems.append(f"this torch has no {', '.join(stubs.missing)}: not switched off")
+    found = None if "error" in answer else answer.get("isolation")
+    gaps = isolation.describe(found) if isinstance(found, dict) else f"ranks are not isolated ({answer.get('error')})"
+    if gaps:
+        problems.append(gaps)
+    isolate = isinstance(found, dict) and not found.get("namespaces")
+    return _warn(replace(sandbox, stubs=stubs, isolate_ranks=isolate), "; ".join(problems))
+
+
+def _warn(sandbox: Sandbox, problem: str) -> Sandbox:
+    if not problem:
+        return sandbox
+    return replace(sandbox, warning=" ".join(w for w in (sandbox.warning, f"WARNING: {problem}.") if w))
 
 
 def with_devices(sandbox: Sandbox, gpu: bool = True, dev_root: str = "/dev") -> Sandbox:

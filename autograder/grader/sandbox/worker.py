@@ -27,6 +27,8 @@ from ...exercises.observing import observe, observer_of
 from ...exercises.ranks import Deferred
 from ...exercises.ranks import configure as configure_ranks
 from ..protocol import BadMessage, Task, loads_bounded
+from .family import RankFamilies
+from .isolation import isolate_rank, rank_outputs
 
 RESULT_LIMIT = 3 << 20       # bytes of observation a task may send back (the grader reads lines of 4 MiB)
 OUTPUT_SHOWN = 1500          # characters of a task's printed output kept for feedback
@@ -58,8 +60,7 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
         if exercise.ranks:
             # A rank exercise: this process only launches and measures; each rank defines the student's function
             # itself, and never holds this process's channel to the zygote.
-            configure_ranks(child_setup=lambda: os.close(write_fd),
-                            private_network=bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE")))
+            _configure_ranks(write_fd)
             fn = Deferred(list(task.cells), task.exercise)
         else:
             try:
@@ -79,6 +80,22 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
             view = view[os.write(write_fd, view):]
     finally:
         os._exit(status)
+
+
+def _configure_ranks(write_fd: int) -> None:
+    """What every rank does first, and how the launcher counts their memory, in a sandbox of its own (the
+    student's own kernel, in a self-check, does neither): no channel to the zygote, isolated from the other ranks
+    (isolation.py); memory counted over every process a rank starts (family.py)."""
+    tmp_bytes = os.environ.get("AUTOGRADER_ISOLATE_RANKS")
+
+    def setup():
+        os.close(write_fd)
+        if tmp_bytes:
+            isolate_rank(int(tmp_bytes))
+
+    sandboxed = bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE"))  # and a network namespace of its own
+    families = RankFamilies(os.getpid(), os.getppid()) if sandboxed else None
+    configure_ranks(child_setup=setup, held=families.held if families else None, private_network=sandboxed)
 
 
 def _collect_child(pid: int, fd: int, deadline: float, limit: int) -> tuple[bytes, int | None]:
@@ -144,11 +161,21 @@ def _why_no_result(wait_status: int | None, timed_out: bool, timeout: float) -> 
 
 
 def _output_tail() -> str:
-    try:
-        with open(OUTPUT_FILE, "rb") as f:
-            return f.read(OUTPUT_SHOWN).decode(errors="replace")
-    except OSError:
-        return ""
+    """What the task printed, then what each of its ranks printed (each rank writes a file of its own: isolation.py);
+    the ranks' files are removed."""
+    shown = b""
+    for path in [OUTPUT_FILE, *rank_outputs()]:
+        try:
+            with open(path, "rb") as f:
+                shown += f.read(max(0, OUTPUT_SHOWN - len(shown)))
+        except OSError:
+            pass
+        if path != OUTPUT_FILE:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return shown.decode(errors="replace")
 
 
 def run_task(task: Task, as_reference: bool, results_fd: int) -> dict:

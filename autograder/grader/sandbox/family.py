@@ -1,0 +1,86 @@
+"""What each rank holds, counted over every process it started (class grading only).
+
+The launcher's meter samples each rank's resident memory (exercises/meter.py). A rank could park its data in a
+child or grandchild, even one that double-forks and outlives it, and the rank's own numbers would drop. In a
+grading worker every process of the sandbox's PID namespace is ours to see, so each sample charges a rank with
+all its descendants (found through their parents, and remembered, since an orphan's parent becomes PID 1), and
+charges every process no rank claims (an orphan seen first after its parent died) to every rank. Only the
+sandbox's PID 1, the worker's zygote and the launcher itself are left out. The files a rank keeps in its private
+tmpfs (isolation.py) count too.
+
+An honest rank starts no process, so this changes nothing for it; a process a rank forks holds the rank's pages
+again (copy-on-write pages count in both), which can only raise the student's own numbers.
+"""
+import os
+
+from ...exercises.meter import status_bytes
+
+
+class RankFamilies:
+    """``held(pids, baseline)`` for ``ranks.configure``: per rank, the bytes it and its processes hold above the
+    baseline (None when the rank itself is gone)."""
+
+    def __init__(self, launcher: int, zygote: int):
+        self.ignored = {1, launcher, zygote}
+        self.ranks: list[int] = []
+        self.owner: dict[int, int] = {}   # pid -> index of the rank it descends from; -1: unclaimed
+
+    def held(self, pids: list[int], baseline: int) -> list[int | None]:
+        if pids != self.ranks:  # a new scenario: whatever the last one left is nobody's
+            self.ranks, self.owner = list(pids), {pid: i for i, pid in enumerate(pids)}
+        parents = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in self.ignored and int(name) not in self.owner:
+                parents[int(name)] = _parent(int(name))
+        for pid in parents:
+            self._claim(pid, parents)
+        totals = [None if held is None else max(0, held - baseline) + private_tmpfs_bytes(pid)
+                  for pid, held in zip(pids, map(status_bytes, pids))]
+        unclaimed = 0
+        for pid, index in list(self.owner.items()):
+            if index >= 0 and pid == pids[index]:
+                continue
+            held = status_bytes(pid)
+            if held is None:
+                del self.owner[pid]
+            elif index >= 0 and totals[index] is not None:
+                totals[index] += max(0, held - baseline)
+            else:  # an orphan, or the child of a rank that has ended
+                unclaimed += max(0, held - baseline)
+        return [None if total is None else total + unclaimed for total in totals]
+
+    def _claim(self, pid: int, parents: dict[int, int | None]) -> int:
+        chain = []
+        while pid not in self.owner:
+            chain.append(pid)
+            parent = parents.get(pid)
+            if parent is None or parent in self.ignored or parent in chain or parent not in parents and parent not in self.owner:
+                index = -1
+                break
+            pid = parent
+        else:
+            index = self.owner[pid]
+        for member in chain:
+            self.owner[member] = index
+        return index
+
+
+def private_tmpfs_bytes(pid: int) -> int:
+    """What a rank keeps in its private /tmp and /dev/shm (isolation.py): files written there, never mapped, hold
+    memory that no resident count shows. 0 where the rank's root cannot be read (it is not isolated)."""
+    used = 0
+    for folder in ("tmp", "dev/shm"):
+        try:
+            stat = os.statvfs(f"/proc/{pid}/root/{folder}")
+        except OSError:
+            continue
+        used += (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+    return used
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -1,0 +1,301 @@
+"""Checks of the grading sandbox's defences, run by tests/test_sandbox_defences.py as root or as an ordinary user
+(``python sandbox_defences_driver.py CHECK``); prints one JSON line.
+
+* ``forbidden``: in a student's worker the forbidden libraries raise and torch still imports and compiles; in the
+  reference's worker they are the real ones.
+* ``sidechannels``: ``sidechannels_inside.py`` in a student's worker, ranks plain (the control) and isolated.
+* ``worker``: a rank exercise graded by the real worker (runner.run_tasks), whose cell tries to stop the launcher
+  and to leave data in /dev/shm for the other rank.
+* ``family``: the peak memory the launcher's meter reads for ranks that hold 64 MiB themselves, in a child, or in
+  an orphaned grandchild.
+* ``lazy_import``: a rank imports one of the grader's modules after its isolation (the course may be checked out
+  under /tmp, which each rank gets fresh).
+* ``costs``: milliseconds per rank fork with and without isolation, microseconds per memory sample.
+* ``epoll``: one worker fills its uid's epoll-watch quota (issue 25) while another runs two gloo ranks, with the
+  sandbox as made here and with every worker under the grader's own uid (the control).
+"""
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from autograder.grader.sandbox.sandbox import make_sandbox  # noqa: E402
+
+FORBIDDEN_CHECK = r"""
+import json, torch, torch.distributed, torch.optim, torch._dynamo
+model = torch.nn.Linear(2, 2)
+found = {"module_of_ddp": torch.nn.parallel.DistributedDataParallel.__module__,
+         "compiled": float(torch.compile(lambda x: torch.cos(x) * 2, backend="eager")(torch.zeros(1)))}
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
+found["fully_shard_is_function"] = callable(fully_shard) and not isinstance(fully_shard, type)
+found["zero_has_step"] = hasattr(ZeroRedundancyOptimizer, "step")
+try:
+    import importlib.machinery, os
+    path = os.path.join(os.path.dirname(torch.nn.parallel.__file__), "__pycache__", "distributed.cpython-311.pyc")
+    importlib.machinery.SourcelessFileLoader("recovered", path).load_module()
+    found["pyc"] = "loaded"
+except Exception as exc:
+    found["pyc"] = type(exc).__name__
+found["max_user_namespaces"] = int(open("/proc/sys/user/max_user_namespaces").read())
+print(json.dumps(found))
+"""
+
+HOSTILE_CELL = '''
+import os, signal
+rank = int(os.environ["RANK"])
+try:
+    os.kill(os.getppid(), signal.SIGSTOP)
+    stop = "the launcher stopped"
+except OSError as exc:
+    stop = exc.strerror
+if rank == 0:
+    open("/dev/shm/left-by-rank-0", "w").write("x")
+seen = os.path.exists("/dev/shm/left-by-rank-0")
+print(f"rank {rank} printed this")
+raise RuntimeError(f"rank {rank}: stop: {stop}; sees rank 0's file: {seen}")
+'''
+
+FILL = r"""
+import errno, json, os, select, sys, time
+hold, per = float(sys.argv[1]), 240   # 240 epoll instances x 240 descriptors per process (512 open files allowed)
+added, errors, full = 0, set(), False
+for _ in range(400):
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.close(r)
+        n, error = 0, 0
+        try:
+            fds, eps = [os.dup(w) for _ in range(per)], []
+            for _ in range(per):
+                eps.append(select.epoll())
+                for fd in fds:
+                    eps[-1].register(fd, select.EPOLLOUT)
+                    n += 1
+        except OSError as exc:
+            error = exc.errno
+        os.write(w, json.dumps({"n": n, "error": error}).encode())
+        time.sleep(hold)
+        os._exit(0)
+    os.close(w)
+    message = json.loads(os.read(r, 200))
+    os.close(r)
+    added += message["n"]
+    errors.add(errno.errorcode.get(message["error"], "none"))
+    if message["error"] == errno.ENOSPC:  # this uid's fs.epoll.max_user_watches is reached
+        full = True
+        break
+print(json.dumps({"full": full, "watches": added, "errors": sorted(errors)}), flush=True)
+time.sleep(hold)
+"""
+
+VICTIM = r"""
+import datetime, json, os, socket
+import torch, torch.distributed as dist
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+r, w = os.pipe()
+for rank in range(2):
+    if os.fork() == 0:
+        try:
+            torch.set_num_threads(1)
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                                    timeout=datetime.timedelta(seconds=10))
+            t = torch.ones(4); dist.all_reduce(t); dist.destroy_process_group()
+            result = f"ok {t[0].item()}"
+        except BaseException as exc:
+            result = f"{type(exc).__name__}: {str(exc)[:120]}"
+        os.write(w, (json.dumps(result) + "\n").encode()); os._exit(0)
+codes = [os.waitstatus_to_exitcode(os.wait()[1]) for _ in range(2)]
+os.close(w)
+print(json.dumps({"uid": os.getuid(), "exit": codes, "ranks": [json.loads(x) for x in os.read(r, 4096).decode().splitlines()]}))
+"""
+
+
+FAMILY = r"""
+import json, os, time
+from autograder.exercises import ranks
+from autograder.grader.sandbox import worker
+worker._not_dumpable()
+worker._configure_ranks(os.pipe()[1])  # as a grading task does (the pipe stands for its channel to the zygote)
+MIB = 1 << 20
+
+def holder(seconds):
+    import torch
+    held = torch.ones(64 * MIB, dtype=torch.uint8)
+    time.sleep(seconds)
+    return held
+
+def hold(rank, world_size, how):
+    if how == "itself":
+        holder(0.5)
+    elif how == "child":
+        pid = os.fork()
+        if pid == 0:
+            holder(0.5)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    elif how == "tmpfs":  # files written, never mapped (8 MiB each: the sandbox's file-size limit)
+        for i in range(8):
+            with open(f"{('/tmp', '/dev/shm')[i % 2]}/parked-{i}", "wb") as f:
+                f.write(bytes(8 * MIB))
+        time.sleep(0.5)
+    elif how == "orphan":  # a grandchild that outlives the rank
+        pid = os.fork()
+        if pid == 0:
+            if os.fork() == 0:
+                holder(1.5)
+                os._exit(0)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        time.sleep(0.8)
+    return 0
+
+found = {}
+for counted in ("families", "ranks alone"):
+    if counted == "ranks alone":  # the control: the meter's default, each rank process by itself
+        ranks.configure(child_setup=ranks._child_setup[0])
+    for how in ("nothing", "itself", "child", "orphan", "tmpfs"):
+        result = ranks.run_on_ranks(hold, 2, how, timeout=30)
+        found[f"{how}, {counted}"] = [p // MIB for p in result["meter"]["peak_bytes"]] if "meter" in result else result
+print(json.dumps(found))
+"""
+
+LAZY_IMPORT = r"""
+import json, os, sys
+from pathlib import Path
+import coursekit
+from autograder.exercises import ranks
+from autograder.grader.sandbox import worker
+worker._not_dumpable()
+worker._configure_ranks(os.pipe()[1])
+names = sorted(f"coursekit.{p.stem}" for p in Path(coursekit.__file__).parent.glob("*.py") if p.stem != "__init__")
+name = next(n for n in names if n not in sys.modules)
+
+def import_late(rank, world_size, name):
+    import importlib
+    return importlib.import_module(name).__file__
+
+result = ranks.run_on_ranks(import_late, 2, name, timeout=60)
+print(json.dumps({"module": name, "imported_from": result.get("ranks", result), "checkout": os.path.dirname(coursekit.__file__)}))
+"""
+
+COSTS = r"""
+import json, os, statistics, time
+from autograder.exercises import meter
+from autograder.grader.sandbox import family, isolation, worker
+worker._not_dumpable()
+
+def fork_ms(setup):
+    times = []
+    for _ in range(30):
+        r, w = os.pipe()
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            setup()
+            os.write(w, b"x")
+            os._exit(0)
+        os.read(r, 1)
+        times.append((time.perf_counter() - start) * 1000)
+        os.waitpid(pid, 0)
+        os.close(r), os.close(w)
+    return round(statistics.median(times), 2)
+
+found = {"fork_ms": fork_ms(lambda: None), "fork_and_isolate_ms": fork_ms(lambda: isolation.isolate_rank(256 << 20))}
+for leftover in isolation.rank_outputs():
+    leftover.unlink()
+pids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(5)
+        os._exit(0)
+    pids.append(pid)
+families = family.RankFamilies(os.getpid(), os.getppid())
+for name, held in (("sample_ranks_alone_us", meter.ranks_alone), ("sample_families_us", families.held)):
+    start = time.perf_counter()
+    for _ in range(1000):
+        held(pids, 0)
+    found[name] = round((time.perf_counter() - start) * 1000, 1)
+for pid in pids:
+    os.kill(pid, 9)
+print(json.dumps(found))
+"""
+
+
+def run_in(sandbox, argv: list[str], *, reference: bool = False, stdin: str | None = None,
+           timeout: float = 600) -> str:
+    with tempfile.TemporaryDirectory(prefix="defences-") as workdir, \
+            sandbox.launch(argv, workdir, reference=reference) as launch:
+        proc = subprocess.run(launch.command, input=stdin, capture_output=True, text=True, cwd=workdir, env=launch.env,
+                              preexec_fn=launch.preexec, timeout=timeout)
+    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-2000:]
+
+
+def forbidden(sandbox) -> dict:
+    return {"student": json.loads(run_in(sandbox, [sys.executable, "-c", FORBIDDEN_CHECK])),
+            "reference": json.loads(run_in(sandbox, [sys.executable, "-c", FORBIDDEN_CHECK], reference=True))}
+
+
+def sidechannels(sandbox) -> dict:
+    script = (HERE / "sidechannels_inside.py").read_text()
+    return {mode: json.loads(run_in(sandbox, [sys.executable, "-", mode], stdin=script)) for mode in ("plain", "isolate")}
+
+
+def worker(sandbox) -> dict:
+    from autograder.authoring.course import load_course
+    from autograder.grader.runner import Task, run_tasks
+
+    spec = load_course().spec_for_exercise("average_gradients")
+    cells = tuple((f"setup {i}", c) for i, c in enumerate(spec.setup_code)) + (("your cell", HOSTILE_CELL),)
+    results, _ = run_tasks([Task("hostile", "average_gradients", cells, 120.0, 0)], sandbox)
+    result = results["hostile"]
+    return {"status": result.status, "observation": json.dumps(result.observation), "reason": result.reason,
+            "output": result.output}
+
+
+def family(sandbox) -> dict:
+    return {"peak_mib": json.loads(run_in(sandbox, [sys.executable, "-c", FAMILY]))}
+
+
+def lazy_import(sandbox) -> dict:
+    return json.loads(run_in(sandbox, [sys.executable, "-c", LAZY_IMPORT]))
+
+
+def costs(sandbox) -> dict:
+    return {"costs": json.loads(run_in(sandbox, [sys.executable, "-c", COSTS]))}
+
+
+def epoll(sandbox) -> dict:
+    """The victim's ranks while another worker holds a full epoll-watch quota of its own uid."""
+    found = {}
+    for label, box in (("as made", sandbox), ("one identity", replace(sandbox, uid=None, uids=None, subids=None))):
+        with tempfile.TemporaryDirectory(prefix="filler-") as workdir, \
+                box.launch([sys.executable, "-c", FILL, "90"], workdir) as launch:
+            filler = subprocess.Popen(launch.command, stdout=subprocess.PIPE, text=True, cwd=workdir, env=launch.env,
+                                      preexec_fn=launch.preexec, start_new_session=True)
+            started = time.monotonic()
+            filled = json.loads(filler.stdout.readline() or "{}")
+            found[label] = {"filler": filled, "fill_s": round(time.monotonic() - started, 1)}
+            try:
+                found[label]["victim"] = json.loads(run_in(box, [sys.executable, "-c", VICTIM], timeout=120))
+            finally:
+                launch.kill_all(filler.pid)
+                filler.wait()
+    return found
+
+
+if __name__ == "__main__":
+    box = make_sandbox(gpu=False)
+    check = {"forbidden": forbidden, "sidechannels": sidechannels, "worker": worker, "family": family, "costs": costs,
+             "lazy_import": lazy_import,
+             "epoll": epoll}[sys.argv[1]]
+    print(json.dumps({"sandbox": box.describe(), "warning": box.warning, "one_identity": box.one_identity,
+                      **check(box)}))
