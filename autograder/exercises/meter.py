@@ -8,10 +8,11 @@ self-check) samples, while the ranks run:
   the peak of each rank, and the peak of their sum. Freed tensors leave it: the worker sets
   ``MALLOC_MMAP_THRESHOLD_`` so that large blocks are returned to the kernel on free. A rank cannot make this
   number smaller than the memory it really holds (file-backed pages, which it could drop, are not counted);
-* **bytes on the loopback**: the ``lo`` transmit counter of the network namespace (``/proc/net/dev``), before the
-  ranks start and after they end: every byte the ranks sent each other through gloo (or through any socket). Exact
-  in the grader's sandbox, which has a network namespace of its own (``private_network``); on a student's machine
-  the loopback also carries other programs' traffic, so checks that cap the bytes apply only where it is private.
+* **bytes on the loopback**: the ``lo`` transmit counter of the ranks' network namespace, before the ranks start and
+  after they end: every byte the ranks sent each other through gloo (or through any socket). Exact where that
+  namespace is theirs alone (``private_network``): the grader's sandbox, or a namespace the launcher made for them
+  (loopback.py); where neither is possible the loopback also carries other programs' traffic, so checks that
+  judge the bytes apply only where it is private.
 
 Where these numbers are read by the checks, the exercise states its problem size so that the method's signal
 dominates (docs/grading.md, "What a student controls").
@@ -30,6 +31,8 @@ import random
 import time
 from pathlib import Path
 
+from .loopback import tx_bytes
+
 SAMPLE_S = 0.002
 
 
@@ -47,30 +50,19 @@ def status_bytes(pid: int, fields=("RssAnon", "RssShmem")) -> int | None:
     return total
 
 
-def loopback_tx_bytes() -> int | None:
-    """Bytes sent on this network namespace's loopback so far."""
-    try:
-        for line in Path("/proc/net/dev").read_text().splitlines():
-            name, _, counters = line.partition(":")
-            if name.strip() == "lo":
-                return int(counters.split()[8])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def ranks_alone(pids: list[int], baseline: int) -> list[int | None]:
     """What each rank process holds above ``baseline`` (None when it is gone)."""
     return [None if held is None else max(0, held - baseline) for held in map(status_bytes, pids)]
 
 
 class Meter:
-    def __init__(self, interval: float = SAMPLE_S, gates=None, held=None, private_network: bool = False):
+    def __init__(self, interval: float = SAMPLE_S, gates=None, held=None, private_network: bool = False,
+                 sent_counter=tx_bytes):
         """``held(pids, baseline)``: what each rank holds now; in class grading, counted over every process it
-        started (grader/sandbox/family.py), else the rank processes alone. ``private_network``: the loopback
-        carries only these ranks' traffic (the grader's sandbox)."""
+        started (grader/sandbox/family.py), else the rank processes alone. ``sent_counter()``: the bytes sent so
+        far on the ranks' loopback; ``private_network``: it carries only their traffic."""
         self.interval, self.gates, self.measure = interval, gates, held or ranks_alone
-        self.private_network = private_network
+        self.private_network, self.sent_counter = private_network, sent_counter
         self.pids: list[int] = []
         self.baseline = 0
         self.peaks: list[int] = []
@@ -85,7 +77,7 @@ class Meter:
         self.baseline = status_bytes(os.getpid()) or 0
         self.peaks = [0] * len(pids)
         self.maxrss_kib = [None] * len(pids)
-        self.lo_start = loopback_tx_bytes()
+        self.lo_start = self.sent_counter()
         self.sample()
 
     def held(self, rank: int) -> int | None:
@@ -103,7 +95,7 @@ class Meter:
 
     def sent(self) -> int | None:
         """Bytes sent on the loopback since the ranks started."""
-        now = loopback_tx_bytes()
+        now = self.sent_counter()
         return None if None in (now, self.lo_start) else now - self.lo_start
 
     def gate_request(self, rank: int, request) -> list[tuple[int, float]]:
@@ -117,7 +109,7 @@ class Meter:
 
     def finish(self) -> None:
         """After every rank has ended: nothing more is sent."""
-        self.lo_end = loopback_tx_bytes()
+        self.lo_end = self.sent_counter()
         self.seconds = time.monotonic() - self.started
 
     def result(self) -> dict:

@@ -17,6 +17,7 @@ using what the exercise forbids says ``"forbidden": True`` in its record; ``read
 the exercise's sentence. No rank is left behind: each is killed and reaped when the scenario ends (in class grading,
 whatever a rank started is killed with the task's session and the sandbox's PID namespace).
 """
+import contextlib
 import ctypes
 import datetime
 import gc
@@ -29,6 +30,7 @@ import time
 import traceback
 
 from .define import DefinitionError, define_function
+from .loopback import PrivateLoopback
 from .meter import Meter
 from .observing import describe_exception, observation
 from .parse import BadMessage, loads_bounded
@@ -128,13 +130,31 @@ def ask_gate(name: str, tensor) -> float:
     return float(answer)
 
 
+@contextlib.contextmanager
+def _stderr_closed(closed: bool):
+    """File descriptor 2 on /dev/null for a while (C++ warnings reach a notebook's stderr: a test cell scores 0)."""
+    if not closed:
+        yield
+        return
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
 def _rank_main(rank: int, world_size: int, port: int, timeout: float, target, args, reply_fd: int,
-               group: bool, gate_fds: tuple[int, int] | None) -> None:
+               group: bool, gate_fds: tuple[int, int] | None, loopback: PrivateLoopback | None) -> None:
     """A forked rank: set up, define the student's code, run the target, answer with JSON, exit. Never returns."""
     global _gate_channel
     _gate_channel = gate_fds
     try:
         return_freed_memory()
+        if loopback:
+            loopback.join()
         for setup in _child_setup:
             setup()
         import torch
@@ -145,8 +165,9 @@ def _rank_main(rank: int, world_size: int, port: int, timeout: float, target, ar
                           WORLD_SIZE=str(world_size))
         args = [a.resolve() if isinstance(a, Deferred) else a for a in args]
         if group:
-            dist.init_process_group("gloo", rank=rank, world_size=world_size,
-                                    timeout=datetime.timedelta(seconds=timeout))
+            with _stderr_closed(loopback is not None):  # c10d: "cannot retrieve the hostname" (no DNS in there)
+                dist.init_process_group("gloo", rank=rank, world_size=world_size,
+                                        timeout=datetime.timedelta(seconds=timeout))
         message = {"ok": target(rank, world_size, *args)}
     except DefinitionError as exc:
         message = {"error": str(exc), "student": True}
@@ -187,7 +208,9 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
     each rank's gate requests as the policy says, measuring the ranks while they wait.
     """
     port, ranks = free_port(), []
-    meter = Meter(gates=gates, held=_held[0] if _held else None, private_network=_private_network[0])
+    loopback = None if _private_network[0] else PrivateLoopback.start()  # the sandbox's loopback is theirs already
+    meter = Meter(gates=gates, held=_held[0] if _held else None, private_network=_private_network[0] or bool(loopback),
+                  **({"sent_counter": loopback.tx_bytes} if loopback else {}))
     trim_memory()
     gc.freeze()  # a rank's garbage collection then leaves the inherited objects' pages shared (no copy-on-write)
     for rank in range(world_size):
@@ -200,7 +223,7 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
                 if fd is not None:
                     os.close(fd)
             _rank_main(rank, world_size, port, timeout, target, args, write_fd, group,
-                       (requests[1], replies[0]) if gates else None)
+                       (requests[1], replies[0]) if gates else None, loopback)
         for fd in (write_fd, requests[1], replies[0]):
             if fd is not None:
                 os.close(fd)
@@ -211,6 +234,8 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
         failure = _collect(ranks, meter, time.monotonic() + timeout)
     finally:
         _stop(ranks, meter)
+        if loopback:
+            loopback.stop()
     if failure:
         return {"error": failure}
     return {"ranks": [r.message["ok"] for r in ranks], "meter": meter.result()}
