@@ -294,8 +294,9 @@ def lesson3_matcher():
     """Lesson 3's all-reduce matcher, as the notebook defines or imports it (it must be coursekit's)."""
     code = "\n".join(code_cells(REPO / "solutions" / "lesson3" / "03_data_parallel.ipynb"))
     assert not re.search(r"^def is_allreduce", code, re.M), "Lesson 3 must use coursekit's matcher, not its own copy"
-    assert re.search(r"from coursekit\.profiling import [^\n]*\bis_collective_work\b", code)
-    return is_collective_work
+    imported = re.search(r"from coursekit\.profiling import ([^\n]*)", code)
+    assert imported and re.search(r"\b(is_collective_work|backward_overlap)\b", imported.group(1)), code[:300]
+    return is_collective_work  # what backward_overlap sorts the profiler's events with
 
 
 def test_lesson3_matcher_is_the_helper_and_knows_every_nccl_generation():

@@ -69,8 +69,7 @@ def spawner(monkeypatch, tmp_path):
 
     monkeypatch.setitem(sys.modules, "hub.spawner", module)
     monkeypatch.setattr(module.CourseSpawner, "hub_settings", HubSettings(root=str(tmp_path / "srv")))
-    monkeypatch.setattr(module.CourseSpawner, "_prepare_limits", lambda self: [])
-    monkeypatch.setattr(module, "join", lambda files: None)
+    monkeypatch.setattr(module.CourseSpawner, "_prepare_limits", lambda self: None)  # no control group to join
     monkeypatch.setattr(os, "umask", lambda mask: 0o022)
     homes = {"alice": tmp_path / "alice", "teacher": tmp_path / "teacher"}
     for home in homes.values():
