@@ -2,6 +2,7 @@
 
     python -m bench.grading [--students 100] [--nbgrader-sample 3] [--jobs N]
     python -m bench.grading --students 45 --baseline /tmp/old-checkout --baseline-python PY [--repeat 2]
+        [--notebooks 01_gradient_accumulation.ipynb ...]   (only these: the ones both versions grade)
 
 
 Builds a class of submissions covering every graded notebook — a third correct (the reference), a third
@@ -31,17 +32,17 @@ import time
 from pathlib import Path
 
 from autograder.authoring.class_builder import filled, reference_source, released_notebook, write
-from autograder.authoring.course import load_course
+from autograder.authoring.course import classroom_dir, load_course
 from coursekit import describe_device
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def build_class(folder: Path, students: int, seed: int = 0) -> dict[str, str]:
-    """Write the submissions; returns each student's kind."""
+def build_class(folder: Path, students: int, seed: int = 0, notebooks: list[str] | None = None) -> dict[str, str]:
+    """Write the submissions (of ``notebooks``, or of every graded one); returns each student's kind."""
     rng = random.Random(seed)
     course = load_course()
-    graded = [spec for spec in course.notebooks.values() if spec.exercises]
+    graded = [spec for spec in course.notebooks.values() if spec.exercises and (not notebooks or spec.name in notebooks)]
     kinds = {}
     for i in range(students):
         student, kind = f"s{i:03d}", ("correct", "partly done", "broken")[i % 3]
@@ -71,7 +72,8 @@ def time_class_grader(submissions: Path, out: Path, jobs: int, python: str = sys
     started = time.perf_counter()
     subprocess.run([python, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
                     "--jobs", str(jobs), "--fresh"], check=True, cwd=cwd,
-                   env={**os.environ, "PATH": f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}"})
+                   env={**os.environ, "PATH": f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+                        "PYTHONPATH": str(cwd)})  # that checkout's grader, whatever the venv's install points at
     run = json.loads((out / "run.json").read_text())
     return {"wall_s": time.perf_counter() - started, **run}
 
@@ -92,7 +94,7 @@ def time_nbgrader(submissions: Path, students: list[str], workdir: Path) -> dict
                 target = root / "submitted" / student / spec.assignment / spec.name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, target)
-    course_dir = REPO / "autograder" / "course"
+    course_dir = classroom_dir()
     assignments = sorted({spec.assignment for spec in course.notebooks.values() if spec.exercises})
     for assignment in assignments:  # nbgrader grades only assignments its gradebook knows (not timed)
         subprocess.run([nbgrader, "generate_assignment", assignment, "--force",
@@ -120,6 +122,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another checkout of the grader to compare with, side by side")
     parser.add_argument("--baseline-python", default=sys.executable, help="the interpreter that runs --baseline")
     parser.add_argument("--repeat", type=int, default=2, help="alternating runs of each grader with --baseline")
+    parser.add_argument("--notebooks", nargs="*", help="only these notebooks (with --baseline: those both grade)")
     args = parser.parse_args()
     if args.baseline:
         compare(args)
@@ -127,7 +130,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
-        kinds = build_class(tmp / "submissions", args.students)
+        kinds = build_class(tmp / "submissions", args.students, notebooks=args.notebooks)
         ours = time_class_grader(tmp / "submissions", tmp / "out", args.jobs)
         # nbgrader's sample: the first students in order, which cycles correct, partly done, broken (like the class)
         sample = sorted(kinds)[: args.nbgrader_sample or args.students]
@@ -163,7 +166,7 @@ def compare(args) -> None:
     runs = {"this": [], "baseline": []}
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
-        build_class(tmp / "submissions", args.students)
+        build_class(tmp / "submissions", args.students, notebooks=args.notebooks)
         for i in range(args.repeat):
             for name, python, cwd in (("baseline", args.baseline_python, args.baseline), ("this", sys.executable, REPO)):
                 result = time_class_grader(tmp / "submissions", tmp / f"out-{name}-{i}", args.jobs, python, cwd)
@@ -172,7 +175,7 @@ def compare(args) -> None:
                       f"({runs[name][-1]:.2f} s per student; isolation: {result['isolation']})", flush=True)
     median = {k: statistics.median(v) for k, v in runs.items()}
     result = {"machine": describe_device("cpu"), "students": args.students, "jobs": args.jobs,
-              "per_student_s": {k: [round(x, 3) for x in v] for k, v in runs.items()},
+              "notebooks": args.notebooks or "all", "per_student_s": {k: [round(x, 3) for x in v] for k, v in runs.items()},
               "median_per_student_s": {k: round(v, 3) for k, v in median.items()},
               "ratio_this_to_baseline": round(median["this"] / median["baseline"], 3)}
     print(json.dumps(result, indent=2))
