@@ -38,14 +38,15 @@ from coursekit import describe_device
 REPO = Path(__file__).resolve().parent.parent
 
 
-def build_class(folder: Path, students: int, seed: int = 0, notebooks: list[str] | None = None) -> dict[str, str]:
+def build_class(folder: Path, students: int, seed: int = 0, notebooks: list[str] | None = None,
+                correct_only: bool = False) -> dict[str, str]:
     """Write the submissions (of ``notebooks``, or of every graded one); returns each student's kind."""
     rng = random.Random(seed)
     course = load_course()
     graded = [spec for spec in course.notebooks.values() if spec.exercises and (not notebooks or spec.name in notebooks)]
     kinds = {}
     for i in range(students):
-        student, kind = f"s{i:03d}", ("correct", "partly done", "broken")[i % 3]
+        student, kind = f"s{i:03d}", "correct" if correct_only else ("correct", "partly done", "broken")[i % 3]
         kinds[student] = kind
         for spec in graded:
             answers = {}
@@ -123,6 +124,7 @@ def main() -> None:
     parser.add_argument("--baseline-python", default=sys.executable, help="the interpreter that runs --baseline")
     parser.add_argument("--repeat", type=int, default=2, help="alternating runs of each grader with --baseline")
     parser.add_argument("--notebooks", nargs="*", help="only these notebooks (with --baseline: those both grade)")
+    parser.add_argument("--correct-only", action="store_true", help="every student submits the reference")
     args = parser.parse_args()
     if args.baseline:
         compare(args)
@@ -130,7 +132,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
-        kinds = build_class(tmp / "submissions", args.students, notebooks=args.notebooks)
+        kinds = build_class(tmp / "submissions", args.students, notebooks=args.notebooks, correct_only=args.correct_only)
         ours = time_class_grader(tmp / "submissions", tmp / "out", args.jobs)
         # nbgrader's sample: the first students in order, which cycles correct, partly done, broken (like the class)
         sample = sorted(kinds)[: args.nbgrader_sample or args.students]
@@ -166,7 +168,7 @@ def compare(args) -> None:
     runs = {"this": [], "baseline": []}
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
-        build_class(tmp / "submissions", args.students, notebooks=args.notebooks)
+        build_class(tmp / "submissions", args.students, notebooks=args.notebooks, correct_only=args.correct_only)
         for i in range(args.repeat):
             for name, python, cwd in (("baseline", args.baseline_python, args.baseline), ("this", sys.executable, REPO)):
                 result = time_class_grader(tmp / "submissions", tmp / f"out-{name}-{i}", args.jobs, python, cwd)
