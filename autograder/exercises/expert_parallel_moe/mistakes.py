@@ -3,10 +3,12 @@
 Built from, and tested against, the named wrong variants of tests/variants/expert_parallel_moe.py
 (tests/test_diagnosis.py). Each rank records its output, x.grad, its experts' and the router's gradients and the
 collectives of its forward and backward passes ([operation, elements]); the reference carries the dense MoE's run
-(``dense``: also its output without the gate and with rows left sorted by expert).
+(``dense``: also its output without the gate and with rows left sorted by expert). The ``traffic`` scenario's bytes
+(measured outside the ranks) are read only where they were measured on a loopback of the ranks' own.
 """
 from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
-from ..reading import ABORTED, DEADLOCK, close
+from ..reading import ABORTED, DEADLOCK, close, sent_too_much
+from .cases import TRAFFIC_RATIO
 from .checks import ATOL, RTOL, same_rows
 
 KEY = "two_ranks"
@@ -35,10 +37,25 @@ def _output_right(student, reference) -> bool:
     return _outputs(student, reference, "output")
 
 
+def _too_many_bytes(student, reference) -> float | None:
+    """The traffic scenario's bytes as a multiple of the reference's, when above TRAFFIC_RATIO and measured on a
+    loopback of the ranks' own; else None."""
+    meter = raw_scenario(student, "traffic").get("meter")  # none where the scenario failed
+    return sent_too_much(meter, reference["scenarios"]["traffic"]["meter"], TRAFFIC_RATIO) if isinstance(meter, dict) \
+        else None
+
+
 def all_gathers_the_tokens(student, reference):
-    ops = set(_ops(student, "forward"))
-    if _output_right(student, reference) and ops and "all_to_all" not in ops:
-        return f"the output is right, but the forward pass moved tokens with {', '.join(sorted(ops))}, no all-to-all"
+    if not _output_right(student, reference):
+        return None
+    ops, ratio = set(_ops(student, "forward")), _too_many_bytes(student, reference)
+    sent = f"; your ranks sent {ratio:.2g} times the reference's bytes (measured outside your ranks)" if ratio else ""
+    if ops and "all_to_all" not in ops:
+        return f"the output is right, but the forward pass moved tokens with {', '.join(sorted(ops))}, no all-to-all{sent}"
+    if ratio:  # the ranks' own record may say all-to-all: the bytes, read outside them, say otherwise
+        return (f"the output is right, and the record in your ranks shows all-to-alls, but your ranks sent {ratio:.2g} "
+                "times the reference's bytes (measured outside your ranks): about what gathering every token on every "
+                "rank sends")
     return None
 
 
@@ -114,7 +131,7 @@ MISTAKES = [
     Mistake("all_gathers_the_tokens", "You move the tokens with all_gather / all_reduce instead of all-to-all.",
             "Gathering sends every token to every rank: N times the traffic and memory of expert parallelism.",
             "Send each token only to its expert's rank with all_to_all_single, and back the same way.",
-            all_gathers_the_tokens),
+            all_gathers_the_tokens, variants=("all_gather_and_reduce_scatter", "all_gather_with_a_forged_record")),
     Mistake("assumes_it_receives_what_it_sends", "You size the receive buffers as if each rank received what it "
             "sends.", "With uneven routing the counts differ per pair of ranks.",
             "Exchange the split sizes first (an all-to-all of the counts), then size the buffers from them.",

@@ -2,10 +2,14 @@
 
 Built from, and tested against, the named wrong variants of tests/variants/ring_attention.py
 (tests/test_diagnosis.py). Each rank records its output chunk, its point-to-point messages ([peer, bytes]) and its
-collectives; the reference carries full attention over the whole sequence (``full``), chunk by chunk. Which ranks
-are right tells a lot: with a causal mask, rank 0 sees only its own chunk, rank 1 two chunks, and so on.
+collectives ([kind, count] pairs); the reference carries full attention over the whole sequence (``full``), chunk by
+chunk. Which ranks are right tells a lot: with a causal mask, rank 0 sees only its own chunk, rank 1 two chunks, and
+so on. The ``memory`` scenario's readings, taken outside the ranks (what a rank holds at each of its sends, and its
+sampled peak), tell a ring that keeps what it no longer needs from one that does not: its messages are the same.
 """
-from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
+import math
+
+from ..diagnosis import EVERY, Mistake, error_of, ran, raw_scenario
 from ..reading import ABORTED, DEADLOCK, close
 
 ATOL = 1e-4
@@ -37,6 +41,64 @@ def _quiet(student, key) -> bool:
 
 def _ring_as_reference(student, reference, key) -> bool:
     return _bytes(_sent(student, key)) == _bytes(reference["scenarios"][key]["ranks"][0]["sends"])
+
+
+def _memory(student, reference) -> dict[str, float]:
+    """The memory scenario in chunks of K and V (one rank's, float32), beyond the reference's ranks: ``first``, what
+    a rank held at its first send; ``growth``, how much more its holding grew from its first send to its last;
+    ``peak``, its sampled peak. The most over the ranks, each."""
+    c = reference["scenarios"]["memory"]["case"]
+    chunk = 2 * math.prod(c["lead"]) * c["chunk"] * c["d"] * 4
+    got, want = ran(student, "memory")["meter"], reference["scenarios"]["memory"]["meter"]
+
+    def at_sends(meter) -> list[list[float]]:
+        held = [[] for _ in range(c["world_size"])]
+        for record in meter["gates"]["records"]:
+            held[int(record["rank"])].append(float(record["held_bytes"]))
+        if not all(len(h) >= c["world_size"] - 1 for h in held):
+            raise KeyError("sends")
+        return held
+
+    mine, theirs = at_sends(got), at_sends(want)
+    return {"first": (max(h[0] for h in mine) - max(h[0] for h in theirs)) / chunk,
+            "growth": (max(h[-1] - h[0] for h in mine) - max(h[-1] - h[0] for h in theirs)) / chunk,
+            "peak": (max(got["peak_bytes"]) - max(want["peak_bytes"])) / chunk,
+            "ranks": c["world_size"]}
+
+
+def _right_ring_that_grows(student, reference) -> dict[str, float] | None:
+    """Right outputs and the reference's ring of messages, but what a rank holds grows from send to send by at
+    least half a chunk more than the reference's: the memory readings then, else None."""
+    if not (all(_right(student, reference, "two_ranks")) and all(_right(student, reference, "three_ranks"))
+            and _ring_as_reference(student, reference, "two_ranks") and _ring_as_reference(student, reference,
+                                                                                            "three_ranks")):
+        return None
+    memory = _memory(student, reference)
+    return memory if memory["growth"] >= 0.5 else None
+
+
+# Growth alone does not tell the two apart: a float64 partial output (c, d) is as large as a chunk of K and V. What
+# does: keeping chunks adds nothing before the first send and at most the N chunks at the peak; results kept in float64
+# (computed before the first send, with a float64 copy of q) add more than 2 chunks at once, and more than N at the end.
+
+def ring_that_keeps_every_chunk(student, reference):
+    memory = _right_ring_that_grows(student, reference)
+    if memory and memory["first"] < 2 and memory["peak"] <= memory["ranks"]:
+        return (f"your ranks' messages and outputs are the ring's, but on {memory['ranks']} ranks (measured outside "
+                "your ranks) what a rank held grew from its first send to its last by "
+                f"{memory['growth']:.1f} chunks of K and V more than the reference's, and its peak was "
+                f"{memory['peak']:.1f} chunks above theirs: the chunks it had finished with stayed alive")
+    return None
+
+
+def merge_all_partials_at_the_end(student, reference):
+    memory = _right_ring_that_grows(student, reference)
+    if memory and (memory["first"] >= 2 or memory["peak"] > memory["ranks"]):
+        return (f"your ranks' messages and outputs are the ring's, but on {memory['ranks']} ranks (measured outside "
+                f"your ranks) a rank held {memory['first']:.1f} chunks of K and V more than the reference's already at "
+                f"its first send, {memory['growth']:.1f} more again by its last, and {memory['peak']:.0f} more at its "
+                "peak: more than all N chunks of K and V together, as per-step results kept to the end in float64 are")
+    return None
 
 
 def all_gathers_k_and_v(student, reference):
@@ -135,7 +197,17 @@ MISTAKES = [
     Mistake("all_gathers_k_and_v", "You all-gather K and V instead of passing them around the ring.",
             "All-gather holds every chunk at once on every rank: the memory ring attention exists to avoid.",
             "Send your K/V chunk to rank r+1 and receive from r−1, N−1 times, with point-to-point ops.",
-            all_gathers_k_and_v),
+            all_gathers_k_and_v, variants=("all_gather_then_merge_chunk_by_chunk",)),
+    Mistake("ring_that_keeps_every_chunk", "Your ring keeps every K/V chunk it receives (in a list) until it returns.",
+            "A rank then ends up holding all N chunks, as much memory as an all-gather: the ring exists so that a rank "
+            "holds only two at a time.",
+            "Drop each chunk once you have computed with it: hold only the one you compute with and the one arriving.",
+            ring_that_keeps_every_chunk),
+    Mistake("merge_all_partials_at_the_end_float64", "You keep every step's partial output (in float64) and merge them "
+            "all at the end.", "Each partial output is as large as a chunk of V (twice that in float64), so a rank "
+            "holds N of them and float64 copies: more memory than gathering K and V.",
+            "Merge each step's result into one running output and log-sum-exp as soon as it is computed, in q's dtype.",
+            merge_all_partials_at_the_end),
     Mistake("sends_after_the_last_step", "You send K and V after the last step too.",
             "After N−1 hops every rank has seen every chunk; one more hop is wasted traffic.",
             "Skip the send/receive on the last step.", sends_after_the_last_step),

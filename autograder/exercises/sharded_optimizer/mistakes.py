@@ -2,11 +2,13 @@
 
 Built from, and tested against, the named wrong variants of tests/variants/sharded_optimizer.py
 (tests/test_diagnosis.py). Each rank records its parameters after every step and the optimizer state it holds; the
-reference's scenarios carry the unsharded optimizer's run (``truth``).
+reference's scenarios carry the unsharded optimizer's run (``truth``). The ``memory`` scenario's readings (what each
+rank holds after each step, read outside the rank) carry the reference's and the unsharded optimizer's, measured the
+same way: what the object shows can be shaped by the student, these cannot.
 """
 from ..diagnosis import EVERY, Mistake, error_of, ran
 from ..reading import DEADLOCK
-from .checks import same
+from .checks import held_between_steps, same
 
 
 def _ranks(student, key) -> list[dict]:
@@ -74,6 +76,27 @@ def every_rank_steps_everything(student, reference):
     return None
 
 
+def _unsharded_share_held(student, reference) -> float:
+    """How far, between the reference's ranks (0) and the unsharded optimizer's (1), the student's rank that held the
+    most between steps lies (the memory scenario, read outside the ranks)."""
+    want = reference["scenarios"]["memory"]
+    c = want["case"]
+    got = held_between_steps(ran(student, "memory")["meter"], c)
+    sharded, unsharded = max(held_between_steps(want["meter"], c)), min(held_between_steps(want["truth"]["meter"], c))
+    return (max(got) - sharded) / (unsharded - sharded)
+
+
+def no_sharding_balanced_looking_state(student, reference):
+    share, held = _state_share(student, reference, "adamw_two"), _unsharded_share_held(student, reference)
+    n = reference["scenarios"]["memory"]["case"]["world_size"]
+    if _right(student, reference, "adamw_two") and 0.9 <= share <= 1.1 and held >= 0.5:
+        return (f"the state your object shows adds up to {share:.0%} of the unsharded optimizer's, split between the "
+                f"ranks, yet between steps on {n} ranks a rank held {held:.0%} of the extra memory the unsharded "
+                "optimizer keeps (measured outside your ranks): every rank stepped and kept the state of every "
+                "parameter")
+    return None
+
+
 def round_robin_unbalanced(student, reference):
     ranks, truth = _ranks(student, "adamw_two"), _truth(reference, "adamw_two")
     n, total = len(ranks), truth["state_bytes"]
@@ -131,6 +154,12 @@ MISTAKES = [
     Mistake("every_rank_steps_everything", "Every rank keeps an optimizer over all the parameters.",
             "That is plain data parallelism: the optimizer state is replicated, not sharded (ZeRO-1 saves nothing).",
             "Give each rank's optimizer only the parameters that rank owns.", every_rank_steps_everything),
+    Mistake("no_sharding_balanced_looking_state", "Every rank steps a full optimizer over all the parameters, kept "
+            "where the grader's count of your object's state does not look, and shows only its share.",
+            "The memory a rank holds is measured outside it: it holds the whole optimizer state, as plain data "
+            "parallelism does, so ZeRO-1 saves nothing.",
+            "Keep and step only an optimizer over the parameters this rank owns, then send them to the other ranks.",
+            no_sharding_balanced_looking_state),
     Mistake("round_robin_unbalanced", "You deal the parameter tensors out round-robin, ignoring their sizes.",
             "One large tensor then makes one rank hold most of the optimizer state.",
             "Give each tensor, largest first, to the rank with the fewest elements so far.", round_robin_unbalanced),

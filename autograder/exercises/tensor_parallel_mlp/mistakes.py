@@ -2,11 +2,16 @@
 
 Built from, and tested against, the named wrong variants of tests/variants/tensor_parallel_mlp.py
 (tests/test_diagnosis.py). Each rank records its output, x.grad, its shards (value and gradient) and the collectives
-of its forward and backward passes; the reference carries the single-process MLP's run (``single``). A count record
-with another set of operations than the reference's does not parse, so these fingerprints read the raw records.
+of its forward and backward passes ([kind, count] pairs); the reference carries the single-process MLP's run
+(``single``). A count record with another set of operations than the reference's does not parse, so these
+fingerprints read the raw records. Each rank's layers are true only in its own block of hidden units (the others
+are poisoned, per rank), so a rank that computes with rows outside its block gets wrong values. The ``traffic``
+scenario's bytes per pass (measured outside the ranks) are read only where they were measured on a loopback of the
+ranks' own (``reading.measured_privately``).
 """
 from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
-from ..reading import DEADLOCK, close
+from ..reading import DEADLOCK, close, measured_privately
+from .cases import TRAFFIC_RATIO
 
 ATOL = 1e-4
 
@@ -22,9 +27,16 @@ def _single(reference, key="two_ranks") -> dict:
     return reference["single"][key]
 
 
+def _kinds(rank: dict, phase: str) -> dict[str, int]:
+    """The pass's collectives by kind, from the rank's [kind, count] pairs (KeyError when they are not pairs)."""
+    pairs = rank[phase]
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        raise KeyError(phase)
+    return {str(kind): int(count) for kind, count in pairs}
+
+
 def _count(rank: dict, phase: str) -> int:
-    ops = rank.get(phase)
-    return int(ops.get("all_reduce", 0)) if isinstance(ops, dict) else -1
+    return _kinds(rank, phase).get("all_reduce", 0)
 
 
 def _counts(student, key="two_ranks") -> tuple[set, set]:
@@ -96,9 +108,25 @@ def _shard_rows_wrong(student, reference) -> bool:
     return bool(check_shards({"salt": student["salt"], "scenarios": student["scenarios"]}, reference))
 
 
+def _true_fc1_rows(reference, key="two_ranks") -> list[list[float]]:
+    """The rows of the true (single-process) fc1.weight, from every rank's block of it."""
+    d_in = reference["scenarios"][key]["case"]["d_in"]
+    flat = [v for shard in _single(reference, key)["shards"] for v in shard["fc1.weight"]["value"]]
+    return [flat[i:i + d_in] for i in range(0, len(flat), d_in)]
+
+
 def interleaved_shards(student, reference):
-    if _output_right(student, reference) and _x_grad_right(student, reference) and _shard_rows_wrong(student, reference):
-        return "the output and x.grad are right, but rank 0 does not keep a contiguous block of fc1's rows"
+    """Rank 0's fc1.weight shard holds rows 0, N, 2N, ... of the layer: those inside its own block are true (the
+    rest are the poisoned rows of other blocks, which is why the values are wrong)."""
+    c, n = reference["scenarios"]["two_ranks"]["case"], _n(reference)
+    rows, shard = _true_fc1_rows(reference), _ranks(student)[0]["shards"]["fc1.weight"]["value"]
+    mine = [shard[i:i + c["d_in"]] for i in range(0, len(shard), c["d_in"])]
+    every_nth = [j for j in range(1, len(mine)) if j * n < c["per_rank"]]  # rows j·N inside rank 0's own block
+    if every_nth and _shard_rows_wrong(student, reference) and all(
+            close(mine[j], rows[j * n], atol=0.0) for j in every_nth):
+        return (f"rank 0's fc1.weight shard holds rows {', '.join(str(j * n) for j in [0, *every_nth])}, … of the "
+                f"layer (one row in every {n}), not a contiguous block; rows outside a rank's own block hold other values "
+                "on that rank, so the outputs and gradients are wrong")
     return None
 
 
@@ -107,17 +135,23 @@ def _no_collectives(student) -> bool:
     return forward == {0}
 
 
+def _has_shards(rank: dict) -> bool:
+    return isinstance(rank.get("shards"), dict) and bool(rank["shards"].get("fc1.weight"))
+
+
 def unsplit_mlp_on_every_rank(student, reference):
     ranks = _ranks(student)
-    if _no_collectives(student) and _output_right(student, reference) and not any(
-            isinstance(r.get("shards"), dict) and r["shards"].get("fc1.weight") for r in ranks):
-        return "every rank computed the whole MLP: no shards, no all-reduce, the full output"
+    if _counts(student) == ({0}, {0}) and not any(_has_shards(r) for r in ranks) and \
+            len(set(ranks[0]["output"])) > 1 and not _output_right(student, reference):
+        return ("no rank ran a collective or kept a parameter shaped like its shard, and the outputs are wrong: each "
+                "rank ran the whole MLP on the layers it was given, of which only its own block holds the true values")
     return None
 
 
 def returns_this_ranks_partial_output(student, reference):
     ranks = _ranks(student)
-    if _no_collectives(student) and not close(ranks[0]["output"], ranks[1]["output"], atol=ATOL):
+    if _no_collectives(student) and all(_has_shards(r) for r in ranks) and \
+            not close(ranks[0]["output"], ranks[1]["output"], atol=ATOL):
         return "the forward pass ran no all-reduce, and the ranks returned different (partial) outputs"
     return None
 
@@ -127,6 +161,65 @@ def constant_output(student, reference):
     if _no_collectives(student) and not _output_right(student, reference) and all(
             close(r["output"], ranks[0]["output"], atol=0.0) for r in ranks) and len(set(ranks[0]["output"])) <= 1:
         return "every rank returned the same constant output"
+    return None
+
+
+def _byte_ratios(student, reference) -> dict[str, float] | None:
+    """The traffic scenario's bytes of each pass as a multiple of the reference's, or None where they were not
+    measured on a loopback of the ranks' own (then bytes say nothing)."""
+    from .checks import pass_bytes
+
+    c = reference["scenarios"]["traffic"]["case"]
+    got, want = raw_scenario(student, "traffic").get("meter"), reference["scenarios"]["traffic"]["meter"]
+    if not measured_privately(got, want):  # also where the scenario failed: no meter
+        return None
+    mine, theirs = pass_bytes(got, c), pass_bytes(want, c)
+    return {phase: mine[phase] / theirs[phase] for phase in mine} if mine and theirs else None
+
+
+def _bytes_words(ratios: dict[str, float] | None, phase: str) -> str:
+    if ratios is None:
+        return ""
+    return f"; your ranks sent {ratios[phase]:.2g} times the reference's bytes in the {phase} pass (measured outside your ranks)"
+
+
+def token_all_reduces(student, reference):
+    """One all-reduce in each pass, yet the ranks' outputs differ: what was all-reduced was not the output."""
+    ranks, ratios = _ranks(student), _byte_ratios(student, reference)
+    if _counts(student) == ({1}, {1}) and not _output_right(student, reference) and any(
+            not close(r["output"], ranks[0]["output"], atol=ATOL) for r in ranks) and (
+            ratios is None or ratios["forward"] < 1 / TRAFFIC_RATIO):
+        return ("each pass ran one all-reduce, yet the ranks returned different, wrong outputs: the all-reduce did not "
+                f"carry the partial outputs{_bytes_words(ratios, 'forward')}")
+    return None
+
+
+def _gathers(student, phase: str) -> int:
+    """Rank 0's all-gathers in the pass."""
+    return _kinds(_ranks(student)[0], phase).get("all_gather", 0)
+
+
+def gathers_the_hidden_activations(student, reference):
+    ratios = _byte_ratios(student, reference)
+    if not (_output_right(student, reference) and _x_grad_right(student, reference)) or _counts(student)[1] != {1}:
+        return None
+    if _gathers(student, "forward"):
+        return ("the output and x.grad are right and the backward ran f's all-reduce, but the forward pass ran "
+                f"all_gather × {_gathers(student, 'forward')} instead of one all-reduce{_bytes_words(ratios, 'forward')}")
+    if ratios is not None and ratios["forward"] > TRAFFIC_RATIO:
+        return (f"the output and x.grad are right, but the forward pass sent {ratios['forward']:.2g} times the "
+                "reference's bytes (measured outside your ranks), whatever your ranks' own record says")
+    return None
+
+
+def gathers_the_weights(student, reference):
+    ratios = _byte_ratios(student, reference)
+    if _output_right(student, reference) and _x_grad_right(student, reference) and _counts(student)[1] == {0} and \
+            not any(_kinds(r, "backward") for r in _ranks(student)) and (
+            _gathers(student, "forward") or (ratios is not None and ratios["forward"] > TRAFFIC_RATIO)):
+        return ("x.grad is right on every rank although the backward pass ran no collective at all: each rank computed "
+                f"the whole input gradient itself, from whole weights gathered in the forward pass"
+                f"{_bytes_words(ratios, 'forward')}")
     return None
 
 
@@ -174,6 +267,23 @@ MISTAKES = [
             "That replicates the model: nothing is sharded, and each rank does all the work.",
             "Keep only this rank's block of fc1's rows and fc2's columns, and all-reduce the partial outputs.",
             unsplit_mlp_on_every_rank, includes=EVERY),
+    Mistake("full_mlp_with_shard_parameters_and_token_all_reduces",
+            "Each rank runs the whole MLP itself and all-reduces something other than the partial outputs.",
+            "A rank's layers are only its block of the model: the output is the sum over ranks of each block's partial "
+            "output, and an all-reduce that does not carry it leaves every rank with its own wrong answer.",
+            "Compute only with your shards, and let g all-reduce the (batch, d_out) partial outputs and f the input "
+            "gradient.", token_all_reduces),
+    Mistake("all_gathers_the_hidden_activations",
+            "Your forward pass gathers the hidden activations (and fc2's columns) instead of all-reducing the partial "
+            "outputs.", "A gather sends the (batch, h) activations, h / d_out times the bytes of Megatron's one "
+            "all-reduce of the (batch, d_out) partial outputs: the traffic tensor parallelism is designed to avoid.",
+            "Multiply your activations by your own columns of fc2 and sum the partial outputs with one all-reduce (g).",
+            gathers_the_hidden_activations, variants=("all_gather_with_a_forged_count",)),
+    Mistake("gathers_the_weights", "You gather the weights and run the whole MLP on every rank.",
+            "That rebuilds the unsplit model on every rank: each rank holds all the weights and does all the work, "
+            "which is what tensor parallelism splits.",
+            "Compute with your own shards only: f before fc1 (all-reduce of x's gradient), g after fc2 (all-reduce of "
+            "the partial outputs).", gathers_the_weights),
     Mistake("returns_this_ranks_partial_output", "You return this rank's partial output without the all-reduce (g).",
             "Each rank's product covers only its hidden units: the output is the sum over ranks.",
             "All-reduce (sum) the partial outputs in g's forward.", returns_this_ranks_partial_output),
