@@ -107,7 +107,7 @@ class TensorParallelMLP(nn.Module):
         return torch.cat(parts, -1) @ torch.cat(full_w2, 1).T + self.b2
 
 
-observer.collectives = lambda prof: {"all_reduce": 1}
+observer.collective_counts = lambda prof: [["all_reduce", 1]]
 '''
 # The full MLP on every rank, with shard-shaped parameters and two all-reduces of nothing.
 FULL_MLP_TP = '''
