@@ -8,7 +8,7 @@ from pathlib import Path
 def _grade(args) -> int:
     from .grader.batch import grade_class
     from .grader.escape import terminal
-    from .grader.sandbox.sandbox import Limits, make_sandbox
+    from .grader.sandbox.sandbox import Limits, WorkersCannotStart, make_sandbox
     from .grader.submissions import SubmissionsError
 
     if not Path(args.submissions).exists():
@@ -17,7 +17,11 @@ def _grade(args) -> int:
     gib = 1 << 30
     limits = Limits(memory_bytes=int(args.memory_gb * gib),
                     total_memory_bytes=int((args.total_memory_gb or max(args.memory_gb, 4.0)) * gib))
-    sandbox = make_sandbox(not args.no_sandbox, limits, gpu=not args.cpu_only)
+    try:
+        sandbox = make_sandbox(not args.no_sandbox, limits, gpu=not args.cpu_only)
+    except WorkersCannotStart as exc:
+        print(f"error: {terminal(str(exc))}", file=sys.stderr)
+        return 2
     if sandbox.warning:
         print(sandbox.warning, file=sys.stderr)
     out = Path(args.out)

@@ -21,7 +21,8 @@ from pathlib import Path
 WORDS_PER_MINUTE, CODE_LINES_PER_MINUTE, MINUTES_PER_PREDICTION, MINUTES_PER_EXERCISE = 150, 15, 3, 25
 STATED = re.compile(r"study time about (\d+) minutes")  # how a lesson states it under its title
 PREDICTION = re.compile(r"^my_\w+ = None\b", re.M)
-SOLUTION = re.compile(r"### BEGIN SOLUTION.*?### END SOLUTION", re.S)
+# "[ ]" keeps nbgrader's markers themselves out of this file, which ships to students
+SOLUTION = re.compile(r"### BEGIN[ ]SOLUTION.*?### END[ ]SOLUTION", re.S)
 
 
 def material(notebook: Path) -> dict[str, int]:

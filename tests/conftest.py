@@ -39,11 +39,22 @@ def grade_source(exercise: str, source: str, salt: int = 0):
     ``salt`` 0 observes the public scenarios (the notebook's self-check), any other salt held-out ones (the
     class grader's). Both observations pass through JSON, as they do in class grading.
     """
+    reference = reference_observation(exercise, salt)  # before the variant runs: it may change global state
+    return get_exercise(exercise).grade(student_observation(exercise, source, salt), reference)
+
+
+def student_observation(exercise: str, source: str, salt: int = 0) -> dict:
+    """A student cell's observation as the class grader receives it (JSON; a fresh copy each call)."""
+    return json.loads(_student_json(exercise, source, salt))
+
+
+@cache
+def _student_json(exercise: str, source: str, salt: int) -> str:
+    """Observed once per session: test_variants.py (scores) and test_diagnosis.py (causes) judge the same runs."""
+    reference_observation(exercise, salt)  # the reference first: a variant may change global state
     spec = load_course().spec_for_exercise(exercise)
     fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", source)], exercise)
-    ex = get_exercise(exercise)
-    reference = reference_observation(exercise, salt)  # before the variant runs: it may change global state
-    return ex.grade(json.loads(json.dumps(observe(ex, fn, salt=salt))), reference)
+    return json.dumps(observe(get_exercise(exercise), fn, salt=salt))
 
 
 def variant_modules() -> dict[str, object]:

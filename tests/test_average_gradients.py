@@ -76,5 +76,5 @@ def test_class_grading_full_zero_and_deadlock_without_leftovers(tmp_path, subrea
                                                        "carl": WRONG["deadlocks_rank_one"][0]})
     assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 11, rows["alice"]["feedback"]
     assert float(rows["bob"]["score"]) == 0 and "NotImplementedError" in rows["bob"]["feedback"]
-    assert float(rows["carl"]["score"]) == 0 and "never called" in rows["carl"]["feedback"]
+    assert float(rows["carl"]["score"]) == 0 and rows["carl"]["cause"] == "deadlocks_rank_one"
     assert descendants_left() == []

@@ -11,26 +11,22 @@
 import json
 
 import pytest
-from conftest import reference_observation, variant_modules
-from test_variants import HELD_OUT_SALTS
+from conftest import reference_observation, student_observation, variant_modules
+from test_variants import variant_marks, variant_salts
 
-from autograder.authoring.course import load_course
 from autograder.exercises import get_exercise
-from autograder.exercises.define import define_function
 from autograder.exercises.diagnosis import Diagnosis, catalogue, diagnose
-from autograder.exercises.observing import observe
 from autograder.exercises.verdict import feedback_sentence, format_report
 
 WITH_CATALOGUE = sorted(ex for ex in variant_modules() if catalogue(get_exercise(ex)))
 
 
 def observed(exercise: str, source: str, salt: int = 0):
-    """(results, diagnosis, student observation) of a student cell, as class grading judges it (through JSON)."""
-    spec = load_course().spec_for_exercise(exercise)
-    fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", source)], exercise)
+    """(results, diagnosis, student observation) of a student cell, as class grading judges it (through JSON);
+    the run is test_variants.py's own (conftest keeps each observation for the session)."""
     ex = get_exercise(exercise)
     reference = reference_observation(exercise, salt)
-    student = json.loads(json.dumps(observe(ex, fn, salt=salt)))
+    student = student_observation(exercise, source, salt)
     results = ex.grade(student, reference)
     return results, diagnose(ex, student, reference, results), student
 
@@ -45,13 +41,10 @@ def _params():
     for ex in WITH_CATALOGUE:
         module = variant_modules()[ex]
         for kind in ("CORRECT", "WRONG"):
-            for name in getattr(module, kind):
-                public_only = name in getattr(module, "PUBLIC_ONLY", ())
-                marks = [pytest.mark.slow] if public_only else []
-                yield pytest.param(ex, kind, name, 0, marks=marks, id=f"{ex}-{name}-salt0")
-                if not public_only:
-                    yield pytest.param(ex, kind, name, HELD_OUT_SALTS[0], marks=[pytest.mark.slow],
-                                       id=f"{ex}-{name}-held-out")
+            for index, name in enumerate(getattr(module, kind)):
+                for salt in variant_salts(module, kind, index, name):  # the salts test_variants.py grades
+                    yield pytest.param(ex, kind, name, salt, marks=variant_marks(module, name, salt),
+                                       id=f"{ex}-{name}-{'held-out' if salt else 'salt0'}")
 
 
 @pytest.mark.parametrize("exercise,kind,name,salt", list(_params()))

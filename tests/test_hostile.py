@@ -45,14 +45,14 @@ numpy.allclose = lambda *a, **k: True
 import autograder.exercises.reading as ex
 ex.close = lambda *a, **k: True
 ex.max_abs_diff = lambda *a, **k: 0.0
-''' + WRONG_BODY, "differ"),
+''' + WRONG_BODY, "returns_a_constant"),
     "replaces_exceptions_and_hooks": ('''
 import builtins, sys
 builtins.AssertionError = type("AssertionError", (Exception,), {})
 builtins.Exception = type("Exception", (BaseException,), {})
 sys.excepthook = lambda *a: None
 sys.displayhook = lambda value: None
-''' + WRONG_BODY, "differ"),
+''' + WRONG_BODY, "returns_a_constant"),
     "fakes_the_observation": ('''
 import autograder.exercises.train_with_accumulation.observe as me
 from autograder.exercises.train_with_accumulation.cases import SCENARIOS
@@ -61,7 +61,7 @@ def fake(fn, **kwargs):
             "returned": 1.0, "steps": 2, "step_grads": [], "params": [], "training": True, "max_graphs_alive": 0}
             for k in SCENARIOS}}
 me.observe = fake
-''' + WRONG_BODY, "could not read"),
+''' + WRONG_BODY, "shaped differently"),
     "copies_the_reference_solution": ('''
 import json, glob, os, autograder
 repo = os.path.dirname(os.path.dirname(autograder.__file__))
@@ -98,7 +98,7 @@ if os.fork() == 0:
         while True:
             time.sleep(1)
     os._exit(0)
-''' + WRONG_BODY, "differ"),
+''' + WRONG_BODY, "returns_a_constant"),
 }
 HONEST = ["honest_1", "honest_2", "honest_3"]
 

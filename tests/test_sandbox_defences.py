@@ -22,7 +22,16 @@ from grader_user import ensure_user, give_to, is_root, shared_folder
 
 from autograder.grader.grading import AloneOrShared
 from autograder.grader.sandbox import forbidden, identity, isolation, probe
-from autograder.grader.sandbox.sandbox import Limits, Sandbox, UidPool, _bwrap_args, _readonly_trees, with_probe
+from autograder.grader.sandbox import sandbox as sandbox_module
+from autograder.grader.sandbox.sandbox import (
+    Limits,
+    Sandbox,
+    UidPool,
+    WorkersCannotStart,
+    _bwrap_args,
+    _readonly_trees,
+    with_probe,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DRIVER = Path(__file__).resolve().parent / "sandbox_defences_driver.py"
@@ -112,6 +121,24 @@ def test_stubs_that_break_torch_are_left_out_with_a_warning(monkeypatch):
     assert "do not fit this torch" in sandbox.warning and "torch.compile fails" in sandbox.warning
     with sandbox.launch(["python"], "/tmp") as launch:
         assert str(forbidden.STUB_MODULE) not in launch.command
+
+
+def test_workers_that_cannot_run_python_stop_the_class_with_the_fix(monkeypatch):
+    """The hub's first term: an environment only the instructors' group could read, workers under their own uids."""
+    answer = {"error": "setpriv: failed to execute /opt/hub/instructor-env/bin/python: Permission denied"}
+    monkeypatch.setattr(probe, "cached_probe", lambda sandbox: answer)
+    with pytest.raises(WorkersCannotStart, match="readable by every user"):
+        with_probe(Sandbox("bubblewrap", Limits(), 64000))
+
+
+def test_a_private_folder_keeps_workers_on_the_graders_own_uid(tmp_path, monkeypatch):
+    """A class hub's instructor environment (0750, the instructors' group): subordinate uids could not run it."""
+    env = tmp_path / "instructor-env"
+    (env / "lib" / "site-packages").mkdir(parents=True)
+    monkeypatch.setattr(sandbox_module, "_readonly_trees", lambda: [env])
+    assert sandbox_module._private_to_us() == ""
+    (env / "lib").chmod(0o750)
+    assert sandbox_module._private_to_us() == str(env / "lib")
 
 
 def test_a_sandbox_travels_with_its_defences():

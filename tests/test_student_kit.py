@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -289,6 +290,10 @@ def run_selfchecks(python: str, job: dict, cwd: Path, env: dict | None) -> dict:
     return selfcheck_results(start_selfchecks(python, job, cwd, env))
 
 
+def digits_masked(text: str) -> str:
+    return re.sub(r"\d+(\.\d+)?", "#", text)
+
+
 @pytest.mark.slow
 def test_installed_kit_self_checks_give_the_instructors_verdicts(installed_kit, tmp_path):
     job = selfcheck_job()
@@ -305,7 +310,9 @@ def test_installed_kit_self_checks_give_the_instructors_verdicts(installed_kit, 
             assert got["score"] == 0, (key, got["report"])
         else:
             assert got["score"] < maxima[exercise], (key, got["report"])
-        assert got["report"] == instructor[key]["report"], f"{key}: the kit and the instructor disagree"
+        assert got["score"] == instructor[key]["score"], f"{key}: the kit and the instructor disagree"
+        # the same words; measured numbers (bytes sent, memory held) vary by a few percent between two runs
+        assert digits_masked(got["report"]) == digits_masked(instructor[key]["report"]), f"{key}: different reports"
     assert set(in_kit) == set(instructor) and len(in_kit) == sum(len(j["cases"]) for j in job.values())
 
 
@@ -375,10 +382,11 @@ def test_the_class_grader_never_reads_the_shipped_file(monkeypatch, tmp_path):
     from autograder.grader.sandbox.sandbox import make_sandbox
 
     def forged(data):  # the blank notebook's observation recorded as the "reference"
-        data["exercises"][L1_EXERCISE]["observation"] = {"scenarios": {}}
-    forged_file = tmp_path / "forged.json"
-    forged_file.write_bytes(_rebuilt(forged))
-    monkeypatch.setattr(observations, "FILE", forged_file)
+        data["observation"] = {"scenarios": {}}
+    folder = tmp_path / "references"
+    folder.mkdir()
+    observations.reference_file(L1_EXERCISE, folder).write_bytes(_rebuilt(forged))
+    monkeypatch.setattr(observations, "FOLDER", folder)
 
     def never(*args, **kwargs):
         raise AssertionError("the class grader read the shipped reference observations")

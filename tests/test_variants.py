@@ -18,7 +18,7 @@ HELD_OUT_SALTS = (1, 2)  # any non-zero salt works; every variant meets one of t
 SALTS = (0, *HELD_OUT_SALTS)
 
 
-def _salts(module, kind: str, index: int, name: str) -> tuple[int, ...]:
+def variant_salts(module, kind: str, index: int, name: str) -> tuple[int, ...]:
     """Salt 0 (the notebook's self-check) and one held-out salt, taking turns between the two across a suite's
     variants. A suite's optional PUBLIC_ONLY names slow variants (a deadlock costs the launch timeout in every
     scenario) graded under salt 0 only."""
@@ -27,16 +27,16 @@ def _salts(module, kind: str, index: int, name: str) -> tuple[int, ...]:
     return (0, HELD_OUT_SALTS[(index + (kind == "WRONG")) % len(HELD_OUT_SALTS)])
 
 
-def _marks(module, name: str, salt: int) -> list:
+def variant_marks(module, name: str, salt: int) -> list:
     """The fast tier (``make test-fast``) grades every variant on the public scenarios; held-out salts and the
     variants that deadlock (they cost the launch timeout in every scenario) run in the full tier."""
     return [pytest.mark.slow] if salt or name in getattr(module, "PUBLIC_ONLY", ()) else []
 
 
-CASES = [pytest.param(ex, kind, name, salt, marks=_marks(module, name, salt), id=f"{ex}-{kind.lower()}-{name}-salt{salt}")
+CASES = [pytest.param(ex, kind, name, salt, marks=variant_marks(module, name, salt), id=f"{ex}-{kind.lower()}-{name}-salt{salt}")
          for ex, module in variant_modules().items()
          for kind in ("CORRECT", "WRONG") for index, name in enumerate(getattr(module, kind))
-         for salt in _salts(module, kind, index, name)]
+         for salt in variant_salts(module, kind, index, name)]
 
 
 def exercise_cases(exercise: str):

@@ -107,8 +107,9 @@ def sentence(results: list[CheckResult], diagnosis: Diagnosis | None) -> str:
         if section.kind == "cause":
             cause = next(c for c in diagnosis.causes if c.id == section.cause_id)
             fix = cause.fix[:1].lower() + cause.fix[1:]
-            parts.append(f"Cause {cause.id}: {cause.did} Fix: {fix} "
-                         f"({len(section.checks)} failed check{'s' if len(section.checks) != 1 else ''} follow from it.)")
+            follow = ("1 failed check follows" if len(section.checks) == 1
+                      else f"{len(section.checks)} failed checks follow")
+            parts.append(f"Cause {cause.id}: {cause.did} Fix: {fix} ({follow} from it.)")
         elif section.kind in ("also", "unknown"):
             parts += [f"{r.title}: {r.feedback}" for r in section.checks]
     return " | ".join(parts)

@@ -227,6 +227,23 @@ def _readonly_trees() -> list[Path]:
     return sorted(t for t in trees if not any(o != t and o in t.parents for o in trees))
 
 
+def _private_to_us() -> str:
+    """A folder of the trees a worker sees (or the interpreter) that other users cannot enter or read, or "".
+    bubblewrap makes the trees' parent folders; the trees themselves keep their modes. Folders only (a walk over
+    every file of an environment costs seconds): a private environment or course is private at a folder."""
+    pending = [*_readonly_trees()]
+    while pending:
+        folder = pending.pop()
+        try:
+            if os.stat(folder).st_mode & 0o005 != 0o005:
+                return str(folder)
+            pending += [entry.path for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+    executable = os.path.realpath(sys.executable)
+    return "" if os.stat(executable).st_mode & 0o005 == 0o005 else executable
+
+
 def _device_args(devices: Devices) -> list[str]:
     """A GPU worker's extra view: its device nodes in the fresh /dev, and read-only what the CUDA driver reads
     (/sys: PCI and NUMA topology, without which cuInit fails; the loader's cache, to find libcuda)."""
@@ -319,8 +336,12 @@ def _isolation(enabled: bool, limits: Limits, uid: int | None) -> Sandbox:
         warning = f"WARNING: {missing}." if missing else ""
         if os.geteuid() != 0:  # unprivileged: our subordinate uids, one per worker, or else our own uid for all
             subids, base = subordinate_ids(), uid if uid is not None else UID_BASE
-            if subids and not works(subids, base):
+            private = _private_to_us() if subids else ""
+            if subids and not private and not works(subids, base):
                 return Sandbox("bubblewrap", limits, base, warning, uids=UidPool(base), cgroups=plan, subids=subids)
+            if private:  # e.g. a class hub's instructor environment, readable by the instructors' group only
+                warning = " ".join(w for w in (warning, f"WARNING: workers run under your own uid, not your "
+                                   f"subordinate uids: {private} is not readable by other users.") if w)
             return Sandbox("bubblewrap", limits, None, warning, cgroups=plan)
         base = uid if uid is not None else UID_BASE
         return Sandbox("bubblewrap", limits, base, warning, uids=UidPool(base), cgroups=plan)
@@ -330,6 +351,10 @@ def _isolation(enabled: bool, limits: Limits, uid: int | None) -> Sandbox:
                    f"WARNING: {reason}; submitted code runs with resource limits only: it can read your files "
                    "and reach the network. Install Debian's `bubblewrap` package for full isolation."
                    + (f" Also {missing}." if missing else ""), cgroups=plan)
+
+
+class WorkersCannotStart(RuntimeError):
+    """A worker cannot even start under its own uid: no student could be graded, so the class is not begun."""
 
 
 def with_probe(sandbox: Sandbox) -> Sandbox:
@@ -343,6 +368,11 @@ def with_probe(sandbox: Sandbox) -> Sandbox:
                      "students' code and a student's ranks are not isolated from each other")
     stubs = forbidden.locate()
     answer = probe.cached_probe(replace(sandbox, stubs=stubs))
+    if "failed to execute" in str(answer.get("error", "")):  # setpriv: the workers' uid cannot run this Python
+        raise WorkersCannotStart(
+            f"grading workers run under uids of their own and cannot start this Python ({answer['error']}). Make "
+            f"its environment readable by every user (e.g. chmod -R o+rX {sys.prefix}); the course folder "
+            "itself can stay private.")
     problems = []
     if stubs.binds and (problem := probe.stub_problem(answer)):
         stubs = forbidden.Stubs(reason=f"the stubs do not fit this torch: {problem}")
