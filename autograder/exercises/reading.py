@@ -178,6 +178,21 @@ def gate_digests(meter: dict, rank: int) -> list[list[float]]:
     return found
 
 
+def held_at_gates(meter, world_size: int) -> list[list[float]] | None:
+    """Each rank's readings of what it held at the grader's gates (taken by the launcher, outside the rank:
+    meter.py), in order; None when the meter has no gate records."""
+    gates = meter.get("gates") if isinstance(meter, dict) else None
+    records = gates.get("records") if isinstance(gates, dict) else None
+    if not isinstance(records, list):
+        return None
+    held = [[] for _ in range(world_size)]
+    for record in records:
+        rank, value = record.get("rank"), record.get("held_bytes")
+        if isinstance(rank, int) and 0 <= rank < len(held) and isinstance(value, int | float):
+            held[rank].append(float(value))
+    return held
+
+
 def digests_close(got: list, want: list, rtol: float) -> bool:
     """Two lists of [sum, sum of squares] that agree: the same data, up to float32 round-off."""
     if not isinstance(got, list) or not isinstance(want, list) or len(got) != len(want):

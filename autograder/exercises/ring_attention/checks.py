@@ -1,7 +1,7 @@
 """The checks of ``ring_attention``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import case, close, rank_results, scenario
+from ..reading import case, close, held_at_gates, rank_results, scenario
 from .cases import ATOL, PEAK_SLACK_CHUNKS, RTOL, SEND_SLACK_CHUNKS
 
 ABORTED_HINT = ("Every rank sends and receives K/V chunks of the same shape as its own k and v.")
@@ -60,16 +60,8 @@ MIB = 1 << 20
 def held_at_sends(meter, c: dict) -> list[float] | None:
     """What each rank held at its sends (the launcher's readings at the gates before each one, meter.py), the most
     of them; None unless every rank made at least the ring's N−1 sends."""
-    gates = meter.get("gates") if isinstance(meter, dict) else None
-    records = gates.get("records") if isinstance(gates, dict) else None
-    if not isinstance(records, list):
-        return None
-    held = [[] for _ in range(c["world_size"])]
-    for record in records:
-        rank, value = record.get("rank"), record.get("held_bytes")
-        if isinstance(rank, int) and 0 <= rank < len(held) and isinstance(value, int | float):
-            held[rank].append(float(value))
-    return [max(h) for h in held] if all(len(h) >= c["world_size"] - 1 for h in held) else None
+    held = held_at_gates(meter, c["world_size"])
+    return [max(h) for h in held] if held and all(len(h) >= c["world_size"] - 1 for h in held) else None
 
 
 def memory_problem(student, reference) -> str | None:

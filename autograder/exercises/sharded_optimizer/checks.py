@@ -1,5 +1,5 @@
 """The checks of ``ShardedOptimizer``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, rank_results, scenario
+from ..reading import case, close, held_at_gates, rank_results, scenario
 from .cases import CHECKSUM_RTOL, PARAM_ATOL
 
 ZERO_NOT_ALLOWED = ("Your class uses torch.distributed.optim.ZeroRedundancyOptimizer: this exercise asks you to "
@@ -118,16 +118,8 @@ MIB = 1 << 20
 def held_between_steps(meter, c: dict) -> list[float] | None:
     """What each rank held at the gates after its steps (the launcher's reading from outside the rank, meter.py),
     the most of its gates; None unless every rank has a reading after every step."""
-    gates = meter.get("gates") if isinstance(meter, dict) else None
-    records = gates.get("records") if isinstance(gates, dict) else None
-    if not isinstance(records, list):
-        return None
-    held = [[] for _ in range(c["world_size"])]
-    for record in records:
-        rank, value = record.get("rank"), record.get("held_bytes")
-        if isinstance(rank, int) and 0 <= rank < len(held) and isinstance(value, int | float):
-            held[rank].append(float(value))
-    return [max(h) for h in held] if all(len(h) == c["steps"] for h in held) else None
+    held = held_at_gates(meter, c["world_size"])
+    return [max(h) for h in held] if held and all(len(h) == c["steps"] for h in held) else None
 
 
 def memory_problem(student, reference) -> str | None:
