@@ -227,17 +227,19 @@ def _readonly_trees() -> list[Path]:
     return sorted(t for t in trees if not any(o != t and o in t.parents for o in trees))
 
 
-def _private_to_us() -> str:
+def _private_to_us(depth: int = 3) -> str:
     """A folder of the trees a worker sees (or the interpreter) that other users cannot enter or read, or "".
-    bubblewrap makes the trees' parent folders; the trees themselves keep their modes. Folders only (a walk over
-    every file of an environment costs seconds): a private environment or course is private at a folder."""
-    pending = [*_readonly_trees()]
+    bubblewrap makes the trees' parent folders; the trees themselves keep their modes. A private environment or
+    course is private near its top (``lib/python3.X/site-packages`` is 3 deep), so the walk stops there; the
+    system's /usr (a Debian Python) is the distribution's, with folders private by design, and not ours to judge."""
+    pending = [(tree, 0) for tree in _readonly_trees() if tree != Path("/usr") and Path("/usr") not in tree.parents]
     while pending:
-        folder = pending.pop()
+        folder, level = pending.pop()
         try:
             if os.stat(folder).st_mode & 0o005 != 0o005:
                 return str(folder)
-            pending += [entry.path for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
+            if level < depth:
+                pending += [(Path(e.path), level + 1) for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
         except OSError:
             continue
     executable = os.path.realpath(sys.executable)
@@ -371,8 +373,8 @@ def with_probe(sandbox: Sandbox) -> Sandbox:
     if "failed to execute" in str(answer.get("error", "")):  # setpriv: the workers' uid cannot run this Python
         raise WorkersCannotStart(
             f"grading workers run under uids of their own and cannot start this Python ({answer['error']}). Make "
-            f"its environment readable by every user (e.g. chmod -R o+rX {sys.prefix}); the course folder "
-            "itself can stay private.")
+            f"its environment and the course's autograder/ and coursekit/ readable by every user (e.g. chmod -R "
+            f"o+rX {sys.prefix}); solutions/ and classroom/ can stay private.")
     problems = []
     if stubs.binds and (problem := probe.stub_problem(answer)):
         stubs = forbidden.Stubs(reason=f"the stubs do not fit this torch: {problem}")
