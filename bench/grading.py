@@ -162,9 +162,17 @@ def main() -> None:
 
 
 def compare(args) -> None:
-    """This grader against ``--baseline`` on the same class, alternating, so both see the same load."""
+    """This grader against ``--baseline`` on the same class, alternating, so both see the same load.
+
+    Per run: the wall time per student (the command's, reports included), and the cost per student-exercise in
+    core-seconds, two ways: the grading time the summary line states less its one-time reference run, times the jobs
+    (the workers keep the cores busy), and the workers' own time (``run_s``: no one-time cost at all)."""
     import statistics
 
+    course = load_course()
+    exercises = sum(len(spec.exercises) for spec in course.notebooks.values()
+                    if spec.exercises and (not args.notebooks or spec.name in args.notebooks))
+    per_exercise = args.students * exercises
     runs = {"this": [], "baseline": []}
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
@@ -172,14 +180,22 @@ def compare(args) -> None:
         for i in range(args.repeat):
             for name, python, cwd in (("baseline", args.baseline_python, args.baseline), ("this", sys.executable, REPO)):
                 result = time_class_grader(tmp / "submissions", tmp / f"out-{name}-{i}", args.jobs, python, cwd)
-                runs[name].append(result["wall_s"] / args.students)
+                phases = result["phases"]
+                runs[name].append({
+                    "per_student_s": result["wall_s"] / args.students,
+                    "core_s_per_student_exercise": (result["seconds"] - phases["reference_s"]) * args.jobs / per_exercise,
+                    "worker_s_per_student_exercise": phases["run_s"] / per_exercise})
                 print(f"run {i + 1} {name}: {result['wall_s']:.1f} s for {args.students} students "
-                      f"({runs[name][-1]:.2f} s per student; isolation: {result['isolation']})", flush=True)
-    median = {k: statistics.median(v) for k, v in runs.items()}
-    result = {"machine": describe_device("cpu"), "students": args.students, "jobs": args.jobs,
-              "notebooks": args.notebooks or "all", "per_student_s": {k: [round(x, 3) for x in v] for k, v in runs.items()},
-              "median_per_student_s": {k: round(v, 3) for k, v in median.items()},
-              "ratio_this_to_baseline": round(median["this"] / median["baseline"], 3)}
+                      f"({runs[name][-1]['per_student_s']:.2f} s per student, "
+                      f"{runs[name][-1]['core_s_per_student_exercise']:.3f} core-s per student-exercise; "
+                      f"isolation: {result['isolation']})", flush=True)
+    figures = ("per_student_s", "core_s_per_student_exercise", "worker_s_per_student_exercise")
+    median = {k: {f: statistics.median(r[f] for r in v) for f in figures} for k, v in runs.items()}
+    result = {"machine": describe_device("cpu"), "students": args.students, "exercises_per_student": exercises,
+              "jobs": args.jobs, "notebooks": args.notebooks or "all",
+              "runs": {k: [{f: round(r[f], 3) for f in figures} for r in v] for k, v in runs.items()},
+              "median": {k: {f: round(x, 3) for f, x in v.items()} for k, v in median.items()},
+              "ratio_this_to_baseline": {f: round(median["this"][f] / median["baseline"][f], 3) for f in figures}}
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

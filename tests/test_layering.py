@@ -120,10 +120,11 @@ def test_a_planted_wrong_way_import_is_caught(tmp_path):
 
 def test_the_class_graders_process_never_imports_torch():
     """Grading a class judges plain data: the grader's own process (CLI, batch, every exercise's checks) stays
-    free of torch, which only the sandboxed workers import."""
+    free of torch, which only the sandboxed workers import (also when it sets up a worker's environment)."""
     code = ("import sys, autograder.cli, autograder.grader.batch, autograder.grader.gradebook, "
             "autograder.authoring.studentkit\n"
             "from autograder.exercises import all_exercises\nall_exercises()\n"
+            "from autograder.grader.sandbox import sandbox\nsandbox._worker_env('/none'), sandbox._readonly_trees()\n"
             "print(sorted(m for m in ('torch', 'numpy', 'coursekit') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

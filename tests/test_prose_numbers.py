@@ -54,8 +54,8 @@ ALLOWED = [
     ("03_data_parallel", r"7-layer MLP \(1\.5 MiB of gradients\)|1\.15 MiB to all-reduce", "arithmetic",
      "parameter count × 4 bytes of the model the cell builds"),
     ("03_data_parallel", r"6 layers of 256 × 256", "config", "the grader's overlap scenario, stated in the exercise"),
-    ("05_fsdp_zero", r"8 layers of 1024 × 1024|about\n4 MiB each", "config",
-     "the grader's memory scenario, stated in the exercise (1024² float32 values = 4 MiB)"),
+    ("05_fsdp_zero", r"8 layers of 768 × 768|about\n2\.25 MiB each", "config",
+     "the grader's memory scenario, stated in the exercise (768² float32 values = 2.25 MiB)"),
     ("07_transformers", r"float32 matrix is 16 MiB", "arithmetic", "2048² float32 values, the grader's memory scenario"),
     # Lesson 4: the bubble formula's example, the measurement protocol, sizes
     ("04_model_pipeline_parallel", r"at most 10 %|= 10 %", "arithmetic", "(p−1)/(m+p−1) for the example shown"),

@@ -31,7 +31,7 @@ import traceback
 
 from .define import DefinitionError, define_function
 from .loopback import PrivateLoopback
-from .meter import Meter
+from .meter import PEAK_SAMPLE_S, SAMPLE_S, Meter
 from .observing import describe_exception, observation
 from .parse import BadMessage, loads_bounded
 from .reading import ABORTED, DEADLOCK
@@ -201,15 +201,17 @@ class _Rank:
 
 
 def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT_S, group: bool = True,
-                 gates=None) -> dict:
+                 gates=None, peaks: bool = False) -> dict:
     """One scenario on ``world_size`` forked ranks: ``{"ranks": [...], "meter": {...}}`` or ``{"error": ...}``.
 
     ``gates``: a gate policy (meter.py) when the target's model has gates (``ask_gate``): the launcher then answers
-    each rank's gate requests as the policy says, measuring the ranks while they wait.
+    each rank's gate requests as the policy says, measuring the ranks while they wait. ``peaks``: a check judges the
+    ranks' peak memory, so the meter samples it often (``PEAK_SAMPLE_S``).
     """
     port, ranks = free_port(), []
     loopback = None if _private_network[0] else PrivateLoopback.start()  # the sandbox's loopback is theirs already
-    meter = Meter(gates=gates, held=_held[0] if _held else None, private_network=_private_network[0] or bool(loopback),
+    meter = Meter(PEAK_SAMPLE_S if peaks else SAMPLE_S, gates=gates, held=_held[0] if _held else None,
+                  private_network=_private_network[0] or bool(loopback),
                   **({"sent_counter": loopback.tx_bytes} if loopback else {}))
     trim_memory()
     gc.freeze()  # a rank's garbage collection then leaves the inherited objects' pages shared (no copy-on-write)
@@ -341,10 +343,10 @@ def _stop(ranks: list[_Rank], meter: Meter) -> None:
     meter.finish()
 
 
-def run_alone(target, fn, case: dict, *, timeout: float = LAUNCH_TIMEOUT_S) -> dict:
+def run_alone(target, fn, case: dict, *, timeout: float = LAUNCH_TIMEOUT_S, peaks: bool = False) -> dict:
     """One scenario in one process of its own (no process group), measured from outside like a rank:
     ``{**what target returned, "meter": {...}}`` or ``{"error": ...}``."""
-    found = run_on_ranks(target, 1, fn, case, timeout=timeout, group=False)
+    found = run_on_ranks(target, 1, fn, case, timeout=timeout, group=False, peaks=peaks)
     return found if "error" in found else {**found["ranks"][0], "meter": found["meter"]}
 
 

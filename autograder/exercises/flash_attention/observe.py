@@ -106,7 +106,8 @@ def run_problem(rank: int, world_size: int, cls, case: dict) -> dict:
 
 
 def observe(fn, *, salt: int = 0) -> dict:
-    return observation(salt, cases(salt), lambda case: run_alone(run_problem, fn, case, timeout=MEMORY_TIMEOUT_S))
+    return observation(salt, cases(salt), lambda case: run_alone(run_problem, fn, case, timeout=MEMORY_TIMEOUT_S,
+                                                                   peaks=case["measure_memory"]))
 
 
 def truth(case: dict) -> dict:

@@ -11,9 +11,10 @@ BF16_RTOL = 1e-2                   # bf16 compute: a valid style may round once 
 PARAM_ATOL = 1e-5                  # fp32 master weights after STEPS steps (bf16 master weights: ~1e-3 off)
 SLACK_BYTES = 64                   # bookkeeping a wrapper may hold (a scalar or two)
 # The memory scenario: MEMORY_LAYERS × Linear(WIDTH, WIDTH), the grader's gates between them, one step on 2 ranks.
-# A full layer is about 4 MiB; a wrapper that keeps every gathered layer for backward holds 6 more of them at the
-# first pause in backward than one that gathers each layer again when its backward needs it.
-WIDTH, MEMORY_LAYERS, MEMORY_BATCH = 1024, 8, 16
+# A full layer is about 2.25 MiB; a wrapper that keeps every gathered layer for backward holds 6 more of them at the
+# first pause in backward than one that gathers each layer again when its backward needs it. (Width 1024 gave the
+# same margins in layers at twice the cost per student: the allocator's noise is well under a layer either way.)
+WIDTH, MEMORY_LAYERS, MEMORY_BATCH = 768, 8, 16
 LAYER_BYTES = (WIDTH * WIDTH + WIDTH) * 4
 EXTRA_LAYERS = 2                   # over the reference's peak at a pause: a prefetched layer, and the allocator
 

@@ -101,7 +101,7 @@ def warm_profiler() -> None:
 
 def run_case(fn, case: dict) -> dict:
     gates = SampleAtGates(case["world_size"]) if case["measure_memory"] else None
-    return run_on_ranks(ring_rank, case["world_size"], fn, case, gates=gates)
+    return run_on_ranks(ring_rank, case["world_size"], fn, case, gates=gates, peaks=case["measure_memory"])
 
 
 def observe(fn, *, salt: int = 0) -> dict:
