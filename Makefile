@@ -27,11 +27,15 @@ lab: env
 nbgrader: env
 	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/nbgrader $(ARGS)
 
-## test: install, check the student notebooks are generated from solutions/, run every test
+## test: install, check the student notebooks are generated from solutions/, run every test: most of them in
+## TEST_PROCESSES processes side by side (tests/conftest.py keeps each file in one), then the `serial` ones alone
+TEST_PROCESSES ?= 2
 test: env
 	$(VENV)/bin/ruff check .
 	$(PY) -m autograder generate --check
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup -m "not serial"; side_by_side=$$?; \
+	    $(PY) -m pytest -m serial; alone=$$?; \
+	    [ $$side_by_side = 0 ] && [ $$alone = 0 ]
 
 ## test-fast: the quick tests only (no whole-notebook runs, no browser)
 test-fast: env

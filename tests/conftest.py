@@ -71,6 +71,24 @@ def variants_path() -> list[str]:
     return variants.__path__
 
 
+# ---- running the suite in two processes (pytest-xdist, ``make test``) ---------------------------------------------
+
+SHARED_WORK = {"test_variants": "observations", "test_diagnosis": "observations"}  # the cached observations above
+
+
+def pytest_collection_modifyitems(config, items):
+    """With ``--dist loadgroup``, one process runs each file whole (its module fixtures are built once), and the
+    files that share expensive session work run in the same process: the variants' observations, the student kit.
+    The tests marked ``serial`` (fork bombs, CPU hogs, a full per-user quota, scans of every process of a uid) run
+    in ``make test``'s second pass, with the machine to themselves."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        module = item.module.__name__.rpartition(".")[2]
+        group = "student-kit" if "student_kit" in item.fixturenames else SHARED_WORK.get(module, module)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def course():
     return load_course()

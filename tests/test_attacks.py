@@ -17,7 +17,7 @@ from submission_factory import filled, reference_source
 
 from autograder.exercises import all_exercises
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # make test: alone, after the others
 
 L1, L3, L4, L5 = ("01_gradient_accumulation.ipynb", "03_data_parallel.ipynb", "04_model_pipeline_parallel.ipynb",
                   "05_fsdp_zero.ipynb")

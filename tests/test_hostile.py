@@ -17,7 +17,7 @@ from submission_factory import filled, reference_source, write
 NB = "01_gradient_accumulation.ipynb"
 EX = "train_with_accumulation"
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # make test: alone, after the others
 
 WRONG_BODY = '''
 def train_with_accumulation(model, dataloader, optimizer, criterion, accumulation_steps=4):

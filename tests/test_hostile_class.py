@@ -23,7 +23,7 @@ from autograder.grader.escape import file_stem
 NB, EX = "01_gradient_accumulation.ipynb", "train_with_accumulation"
 KEY = f"{NB}::{EX}"
 SECRET = "grader-secret-7f3a91"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # make test: alone, after the others
 
 WRONG = "\ndef train_with_accumulation(model, dataloader, optimizer, criterion, accumulation_steps=4):\n    return 0.0\n"
 RESULTS_FD = "import os, sys\nfd = int(sys.argv[sys.argv.index('--results-fd') + 1])\n"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from lesson_runs import assert_blank_scores_zero, assert_full_marks, read
 from nbgrader_cli import COURSE, NBGRADER, REPO, run
 from submission_factory import reference_source
 
@@ -67,9 +68,14 @@ def scores(csv_path: Path) -> dict[str, float]:
 
 
 def test_autograde_full_marks_for_solution_zero_for_blank(round_trip):
+    """Alice's notebook is the solution notebook, bob's the released one: their autograde is also Lesson 1's run top
+    to bottom, as the instructor has it and as a student gets it (lesson_runs.py; test_notebooks.py has the others)."""
     root, _ = round_trip
     got = scores(root / "export.csv")
     assert got["alice"] == 11.0 and got["bob"] == 0.0, got
+    autograded = root / "instructor" / "autograded"
+    assert_full_marks(read(autograded / "alice" / ASSIGNMENT / NB), f"{NB} (the reference, autograded)")
+    assert_blank_scores_zero(read(autograded / "bob" / ASSIGNMENT / NB), f"{NB} (as released, autograded)")
 
 
 def test_feedback_shows_the_check_report(round_trip):

@@ -1,6 +1,9 @@
 """Real `nbgrader autograde` on every graded lesson after Lesson 1 (whose full exchange round trip is in
 test_nbgrader.py): the released notebook with the reference answer scores full, the untouched one 0, and
-nbgrader executes the *whole* lesson for both, so a lesson that breaks under nbgrader's kernel fails here.
+nbgrader executes the *whole* lesson for both, so a lesson that breaks under nbgrader's kernel fails here. These
+two runs are also the lesson's runs top to bottom (lesson_runs.py): no cell raises or writes to stderr, as the
+instructor has it (the released notebook with the reference answers is the solution notebook) and as a student gets
+it (Run All with nothing filled in).
 
 Submissions are placed in nbgrader's submitted/ folder directly (the exchange steps are Lesson 1's test).
 Lesson 3 forks gloo ranks inside nbgrader's kernel: afterwards no process may be left behind.
@@ -10,11 +13,12 @@ import json
 import os
 
 import pytest
+from lesson_runs import assert_blank_scores_zero, assert_full_marks, read
 from nbgrader_cli import COURSE, NBGRADER, run
 from processes import descendants_left
 from submission_factory import filled, reference_source, released_notebook, write
 
-from autograder.authoring.course import load_course
+from autograder.authoring.course import cell_source, load_course
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +57,14 @@ def test_autograde_full_for_reference_zero_for_blank(assignment, name, points, t
     total = sum(points.values())
     assert got[assignment, "ada"] == (total, total), (assignment, got[assignment, "ada"])
     assert got[assignment, "bob"] == (0.0, total), (assignment, got[assignment, "bob"])
-    autograded = json.loads((tmp_path / "autograded" / "ada" / assignment / name).read_text())
-    errors = [o for c in autograded["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors, f"{assignment}: the reference submission raised under nbgrader: {errors[0]['ename']}"
+    assert_full_marks(read(tmp_path / "autograded" / "ada" / assignment / name), f"{name} (the reference, autograded)")
+    assert_blank_scores_zero(read(tmp_path / "autograded" / "bob" / assignment / name), f"{name} (as released, autograded)")
+
+
+def test_the_reference_submission_is_the_solution_notebook():
+    """So that its autograde above is the solution notebook's run: the two differ in no cell."""
+    for _, name, points in graded_lessons():
+        spec = load_course().notebooks[name]
+        solution = json.loads(spec.source.read_text())["cells"]
+        reference = filled(name, {ex: reference_source(ex) for ex in points})["cells"]
+        assert [cell_source(c) for c in reference] == [cell_source(c) for c in solution], name
