@@ -33,7 +33,7 @@ TEST_PROCESSES ?= 2
 test: env
 	$(VENV)/bin/ruff check .
 	$(PY) -m autograder generate --check
-	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup -m "not serial"; side_by_side=$$?; \
+	$(PY) -m pytest -n $(TEST_PROCESSES) -m "not serial"; side_by_side=$$?; \
 	    $(PY) -m pytest -m serial; alone=$$?; \
 	    [ $$side_by_side = 0 ] && [ $$alone = 0 ]
 

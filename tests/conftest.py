@@ -73,20 +73,24 @@ def variants_path() -> list[str]:
 
 # ---- running the suite in two processes (pytest-xdist, ``make test``) ---------------------------------------------
 
-SHARED_WORK = {"test_variants": "observations", "test_diagnosis": "observations"}  # the cached observations above
+# Files that share expensive session work run in one process: the cached observations above, the installed kit.
+SHARED_WORK = {"test_variants": "observations", "test_diagnosis": "observations",
+               "test_student_kit": "student-kit", "test_browser": "student-kit", "test_hub_k8s": "student-kit"}
 
 
-def pytest_collection_modifyitems(config, items):
-    """With ``--dist loadgroup``, one process runs each file whole (its module fixtures are built once), and the
-    files that share expensive session work run in the same process: the variants' observations, the student kit.
-    The tests marked ``serial`` (fork bombs, CPU hogs, a full per-user quota, scans of every process of a uid) run
-    in ``make test``'s second pass, with the machine to themselves."""
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        module = item.module.__name__.rpartition(".")[2]
-        group = "student-kit" if "student_kit" in item.fixturenames else SHARED_WORK.get(module, module)
-        item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config, log):
+    """Each test file runs whole in one process (its module fixtures are built once), and the files of SHARED_WORK
+    in the same one. (xdist's own ``loadgroup`` cannot do it with this pytest: it renames test ids that pytest 9 no
+    longer reads.) The tests marked ``serial`` (fork bombs, CPU hogs, a full per-user quota, scans of every process
+    of a uid) run in ``make test``'s second pass, with the machine to themselves."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileAndSharedWork(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SHARED_WORK.get(Path(path).stem, path)
+
+    return ByFileAndSharedWork(config, log)
 
 
 @pytest.fixture(scope="session")

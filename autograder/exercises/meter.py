@@ -135,6 +135,8 @@ class GatePolicy:
     """Factors drawn per gate index (the n-th gate a rank reaches), the same for every rank, so that an average over
     ranks is scaled by one factor; every request recorded with the rank's memory and the bytes sent so far."""
 
+    tick_s: float | None = None  # how often ``tick`` must run while the ranks go on (None: it does nothing)
+
     def __init__(self, world_size: int):
         self.world_size = world_size
         self.factors: list[float] = []
@@ -171,6 +173,25 @@ class SampleAtGates(GatePolicy):
         return [(rank, self.factor(self.record(rank, request, meter)))]
 
 
+class StopAllAtGates(GatePolicy):
+    """Every rank waits at each gate until all have reached it. The reading taken when the last one arrives (the
+    largest ``sent_bytes`` of that gate index) is every byte the ranks sent before that point of their computation,
+    and none they send after it: all of them are stopped there."""
+
+    def __init__(self, world_size: int):
+        super().__init__(world_size)
+        self.waiting: dict[int, set[int]] = {}
+
+    def request(self, rank: int, request, meter: Meter) -> list[tuple[int, float]]:
+        index = self.record(rank, request, meter)
+        arrived = self.waiting.setdefault(index, set())
+        arrived.add(rank)
+        if len(arrived) < self.world_size:
+            return []
+        del self.waiting[index]
+        return [(r, self.factor(index)) for r in sorted(arrived)]
+
+
 class OverlapGates(GatePolicy):
     """Every rank waits at each gate until all have reached it. At gate index ``hold`` (reached when the ranks have
     finished the backward of the layers after it, so a bucket's gradients are ready):
@@ -181,6 +202,8 @@ class OverlapGates(GatePolicy):
        loopback within ``wait_s``? (Only an all-reduce launched during the backward pass sends anything while rank 0
        is stopped before the next layer; one launched after backward has not started.)
     """
+
+    tick_s = PEAK_SAMPLE_S  # it times rank 0 against wait_s, and watches the loopback while rank 0 is held
 
     def __init__(self, world_size: int, hold: int, bucket_bytes: int, wait_s: float = 1.0):
         super().__init__(world_size)

@@ -210,7 +210,8 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
     """
     port, ranks = free_port(), []
     loopback = None if _private_network[0] else PrivateLoopback.start()  # the sandbox's loopback is theirs already
-    meter = Meter(PEAK_SAMPLE_S if peaks else SAMPLE_S, gates=gates, held=_held[0] if _held else None,
+    interval = min(PEAK_SAMPLE_S if peaks else SAMPLE_S, (gates and gates.tick_s) or SAMPLE_S)
+    meter = Meter(interval, gates=gates, held=_held[0] if _held else None,
                   private_network=_private_network[0] or bool(loopback),
                   **({"sent_counter": loopback.tx_bytes} if loopback else {}))
     trim_memory()

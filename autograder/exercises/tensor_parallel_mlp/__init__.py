@@ -21,13 +21,14 @@ gradients, sliced per rank, which the checks compare with.
 Method ("one all-reduce each way"), measured outside the ranks. The profiler's count lives in the student's process
 (issue 25 replaced it: an all-gather TP scored 12/12), so the count checks earn their points only when the bytes on
 the loopback agree. The ``traffic`` scenario: 2 ranks, d_in = d_out = 64, h = 4096, a batch of 1024, the same sizes
-for every salt; between forward and backward each rank stops at a gate where the launcher reads the loopback's
-transmit counter (``SampleAtGates``): the forward's bytes are the reading when the first rank arrives (the others
-have not started their backward), the backward's the rest of the scenario's ``lo_bytes``. Each pass must send
+for every salt; between forward and backward each rank stops at a gate until all are there, and the launcher
+reads the loopback's transmit counter (``StopAllAtGates``): the forward's bytes are the reading when the last rank
+arrives (every forward done, no backward started), the backward's the rest of the scenario's ``lo_bytes``. Each pass must send
 within 1.5× of the reference's, measured the same way. Its evidence: every rank's first rows of the output (and,
 for the backward check, of x.grad) are the single-process MLP's. Measured in a network namespace of its own, as in
 the grader's sandbox (2-core CPU, torch 2.13.0+cpu, load 3.8–4.2; KiB sent on the loopback by both ranks, the
-forward's including 4–20 KiB of the process group's start):
+forward's including 4–20 KiB of the process group's start; read then at the *first* rank's arrival, which could miss
+the other rank's last bytes: hence forwards under the 512 KiB of the all-reduce, fixed by StopAllAtGates):
 
     =============================================================  ===========  ============  ==============
     traffic scenario                                                forward      backward      x reference

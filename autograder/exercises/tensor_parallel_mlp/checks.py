@@ -162,8 +162,8 @@ def count_problem(student, reference, phase: str, words: str) -> str | None:
 def pass_bytes(meter, c: dict) -> dict[str, float] | None:
     """Bytes sent on the loopback (the launcher's counter, outside the ranks) by the forward pass (with the process
     group's start: the same for every submission) and by the backward pass; None when a reading is missing. The
-    forward's are read when the first rank reaches the gate after its forward: the others have not started their
-    backward then."""
+    forward's are read when the last rank reaches the gate after its forward (StopAllAtGates): every rank has
+    finished its forward then, and none has started its backward."""
     gates = meter.get("gates") if isinstance(meter, dict) else None
     records = gates.get("records") if isinstance(gates, dict) else None
     total = meter.get("lo_bytes") if isinstance(meter, dict) else None
@@ -173,7 +173,7 @@ def pass_bytes(meter, c: dict) -> dict[str, float] | None:
     if sorted(k for k in at_gate if isinstance(k, int)) != list(range(c["world_size"])) or \
             not all(isinstance(v, int | float) for v in at_gate.values()):
         return None
-    forward = float(min(at_gate.values()))
+    forward = float(max(at_gate.values()))
     return {"forward": forward, "backward": float(total) - forward}
 
 

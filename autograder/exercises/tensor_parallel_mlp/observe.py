@@ -6,7 +6,7 @@ from torch import nn
 
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
-from ..meter import SampleAtGates
+from ..meter import StopAllAtGates
 from ..observing import collective_counts, float32_data, observation, tensor_data
 from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call
 from .cases import FINGERPRINT_ROWS, cases
@@ -98,8 +98,8 @@ def tensor_parallel_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     """One rank: build the student's module from this rank's layers, one forward and one backward, counted.
 
     Between the two passes the rank stops at a gate (in the traffic scenario; elsewhere ``ask_gate`` returns at
-    once), where the launcher reads the bytes sent on the loopback so far: those of the forward pass (and of the
-    process group's start). The gate is the grader's own, between the passes, so its factor is not needed."""
+    once) until every rank is there; the launcher reads the bytes sent on the loopback so far: those of the forward
+    pass (and of the process group's start). The gate is the grader's own, between the passes, so its factor is not needed."""
     from torch.profiler import ProfilerActivity, profile
 
     warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
@@ -135,7 +135,7 @@ def warm_profiler() -> None:
 
 
 def run_case(fn, case: dict) -> dict:
-    gates = SampleAtGates(case["world_size"]) if case["measure_traffic"] else None
+    gates = StopAllAtGates(case["world_size"]) if case["measure_traffic"] else None
     return run_on_ranks(tensor_parallel_rank, case["world_size"], fn, case, gates=gates)
 
 
