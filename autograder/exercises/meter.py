@@ -74,12 +74,18 @@ class Meter:
         self.lo_start = self.lo_end = None
         self.seconds = 0.0
 
-    def start(self, pids: list[int]) -> None:
-        self.pids, self.started = pids, time.monotonic()
+    def open(self) -> None:
+        """Before the ranks are forked: the first rank may send (joining the process group, a broadcast) before the
+        launcher has forked the last one, let alone started the meter, when the machine is loaded."""
+        self.started = time.monotonic()
         self.baseline = status_bytes(os.getpid()) or 0
+        self.lo_start = self.sent_counter()
+
+    def start(self, pids: list[int]) -> None:
+        """Once every rank is forked (after ``open``)."""
+        self.pids = pids
         self.peaks = [0] * len(pids)
         self.maxrss_kib = [None] * len(pids)
-        self.lo_start = self.sent_counter()
         self.sample()
 
     def held(self, rank: int) -> int | None:

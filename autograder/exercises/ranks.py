@@ -183,6 +183,9 @@ def _rank_main(rank: int, world_size: int, port: int, timeout: float, target, ar
     try:
         while view:
             view = view[os.write(reply_fd, view):]
+        os.close(reply_fd)  # the launcher sees the answer end here
+        while group:  # rank 0 hosts the process group's store: a rank done first (one that never communicates) must
+            signal.pause()  # not take it from a peer still starting; the launcher stops every rank once all answered
     finally:
         os._exit(0)
 
@@ -215,6 +218,7 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
                   private_network=_private_network[0] or bool(loopback),
                   **({"sent_counter": loopback.tx_bytes} if loopback else {}))
     trim_memory()
+    meter.open()
     gc.freeze()  # a rank's garbage collection then leaves the inherited objects' pages shared (no copy-on-write)
     for rank in range(world_size):
         read_fd, write_fd = os.pipe()
