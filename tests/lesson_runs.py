@@ -23,13 +23,13 @@ def assert_ran_clean(nb, label: str) -> None:
         assert not errors, f"{label} cell {i} raised {errors[0].get('ename')}: {errors[0].get('evalue', '')[:400]}"
 
 
-def test_cells(nb) -> list:
+def graded_cells(nb) -> list:
     return [c for c in nb.cells if is_grade(c) and c.cell_type == "code"]
 
 
 def assert_full_marks(nb, label: str) -> None:
     assert_ran_clean(nb, label)
-    for cell in test_cells(nb):
+    for cell in graded_cells(nb):
         score, max_score = determine_grade(cell)
         assert score == max_score, f"{label}: {cell.metadata.nbgrader.grade_id} scored {score}/{max_score}"
 
@@ -37,6 +37,6 @@ def assert_full_marks(nb, label: str) -> None:
 def assert_blank_scores_zero(nb, label: str) -> None:
     """Run All with every exercise and every prediction left blank: the cells that need an exercise say so."""
     assert_ran_clean(nb, label)
-    for cell in test_cells(nb):
+    for cell in graded_cells(nb):
         assert determine_grade(cell)[0] == 0, f"{label}: {cell.metadata.nbgrader.grade_id} gave marks for nothing"
         assert "NotImplementedError" in json.dumps(cell.outputs), f"{label}: the report should say the exercise is not done"

@@ -168,6 +168,9 @@ def _rank_main(rank: int, world_size: int, port: int, timeout: float, target, ar
             with _stderr_closed(loopback is not None):  # c10d: "cannot retrieve the hostname" (no DNS in there)
                 dist.init_process_group("gloo", rank=rank, world_size=world_size,
                                         timeout=datetime.timedelta(seconds=timeout))
+                # Every rank has joined before any runs the target: one that ends first (a student's rank that never
+                # communicates) then cannot take rank 0's store away from a peer still joining ("Connection closed").
+                dist.barrier()
         message = {"ok": target(rank, world_size, *args)}
     except DefinitionError as exc:
         message = {"error": str(exc), "student": True}
@@ -183,9 +186,6 @@ def _rank_main(rank: int, world_size: int, port: int, timeout: float, target, ar
     try:
         while view:
             view = view[os.write(reply_fd, view):]
-        os.close(reply_fd)  # the launcher sees the answer end here
-        while group:  # rank 0 hosts the process group's store: a rank done first (one that never communicates) must
-            signal.pause()  # not take it from a peer still starting; the launcher stops every rank once all answered
     finally:
         os._exit(0)
 
