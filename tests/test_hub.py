@@ -39,7 +39,7 @@ from hub_helpers import (
     write_as,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.serial]  # serial: its browser flows time out under load
 
 EXERCISE, LESSON, NB = "train_with_accumulation", "lesson1", "01_gradient_accumulation.ipynb"
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "BEGIN HIDDEN TESTS")
