@@ -69,14 +69,23 @@ def build_class(folder: Path, students: int, seed: int = 0, notebooks: list[str]
     return kinds
 
 
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy so far (every core; /proc/stat). A run's own processes are not
+    all countable from here (a sandbox's PID namespace ends killed, its processes reaped by no one we wait for), so
+    the bench counts the machine's: run it on a machine with nothing else to do."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def time_class_grader(submissions: Path, out: Path, jobs: int, python: str = sys.executable, cwd: Path = REPO) -> dict:
-    started = time.perf_counter()
+    started, cpu_before = time.perf_counter(), _machine_busy_s()
     subprocess.run([python, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
                     "--jobs", str(jobs), "--fresh"], check=True, cwd=cwd,
                    env={**os.environ, "PATH": f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                         "PYTHONPATH": str(cwd)})  # that checkout's grader, whatever the venv's install points at
     run = json.loads((out / "run.json").read_text())
-    return {"wall_s": time.perf_counter() - started, **run}
+    return {"wall_s": time.perf_counter() - started, "cpu_s": _machine_busy_s() - cpu_before, **run}
 
 
 def time_nbgrader(submissions: Path, students: list[str], workdir: Path) -> dict:
@@ -165,8 +174,10 @@ def compare(args) -> None:
     """This grader against ``--baseline`` on the same class, alternating, so both see the same load.
 
     Per run: the wall time per student (the command's, reports included), and the cost per student-exercise in
-    core-seconds, two ways: the grading time the summary line states less its one-time reference run, times the jobs
-    (the workers keep the cores busy), and the workers' own time (``run_s``: no one-time cost at all)."""
+    core-seconds, three ways: the grading time the summary line states less its one-time reference run, times the
+    jobs (the workers keep the cores busy); the workers' own time (``run_s``: no one-time cost at all); and the CPU
+    seconds the machine was busy during the run (grader, workers, ranks; the reference run included, so a grader
+    with costlier references pays for them), which time spent waiting for a core does not inflate."""
     import statistics
 
     course = load_course()
@@ -184,12 +195,15 @@ def compare(args) -> None:
                 runs[name].append({
                     "per_student_s": result["wall_s"] / args.students,
                     "core_s_per_student_exercise": (result["seconds"] - phases["reference_s"]) * args.jobs / per_exercise,
-                    "worker_s_per_student_exercise": phases["run_s"] / per_exercise})
+                    "worker_s_per_student_exercise": phases["run_s"] / per_exercise,
+                    "cpu_s_per_student_exercise": result["cpu_s"] / per_exercise})
                 print(f"run {i + 1} {name}: {result['wall_s']:.1f} s for {args.students} students "
                       f"({runs[name][-1]['per_student_s']:.2f} s per student, "
-                      f"{runs[name][-1]['core_s_per_student_exercise']:.3f} core-s per student-exercise; "
+                      f"{runs[name][-1]['core_s_per_student_exercise']:.3f} core-s and "
+                      f"{runs[name][-1]['cpu_s_per_student_exercise']:.3f} CPU-s per student-exercise; "
                       f"isolation: {result['isolation']})", flush=True)
-    figures = ("per_student_s", "core_s_per_student_exercise", "worker_s_per_student_exercise")
+    figures = ("per_student_s", "core_s_per_student_exercise", "worker_s_per_student_exercise",
+               "cpu_s_per_student_exercise")
     median = {k: {f: statistics.median(r[f] for r in v) for f in figures} for k, v in runs.items()}
     result = {"machine": describe_device("cpu"), "students": args.students, "exercises_per_student": exercises,
               "jobs": args.jobs, "notebooks": args.notebooks or "all",

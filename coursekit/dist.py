@@ -61,21 +61,29 @@ def barrier(device: torch.device) -> None:
     dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def store_socket() -> socket.socket:
+    """The socket rank 0's store will listen on, made before any rank starts: a rank that gets there first then
+    waits in its backlog instead of being refused (torch would retry only after up to a second)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    return listener
 
 
-def _run_rank(rank, world_size, port, backend, timeout_s, fn, args, result_pipe):
+def _run_rank(rank, world_size, listener, backend, timeout_s, fn, args, result_pipe):
     torch.set_num_threads(1)
+    port, timeout = listener.getsockname()[1], datetime.timedelta(seconds=timeout_s)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     try:
         if backend == "nccl":
             torch.cuda.set_device(rank)
-        dist.init_process_group(backend, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        if rank == 0:
+            store = dist.TCPStore("127.0.0.1", port, world_size, True, timeout, master_listen_fd=listener.detach())
+        else:
+            listener.close()
+            store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         result_pipe.send(("ok", fn(rank, world_size, *args)))
     except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
         result_pipe.send(("error", "".join(traceback.format_exception(exc))))
@@ -97,16 +105,17 @@ def launch(fn, world_size: int = 2, *args, backend: str | None = None, timeout: 
                            "Restart the kernel and call launch() before any other CUDA work, "
                            "or run the lesson's torchrun script.")
     ctx = get_context("fork")
-    port = free_port()
+    listener = store_socket()
     procs, pending = [], {}
     for rank in range(world_size):
         receive, send = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=_run_rank, name=f"rank{rank}",
-                           args=(rank, world_size, port, backend, timeout, fn, args, send))
+                           args=(rank, world_size, listener, backend, timeout, fn, args, send))
         proc.start()
         send.close()
         procs.append(proc)
         pending[receive] = rank
+    listener.close()  # rank 0 has its own copy
     results, failures = [None] * world_size, {}
     deadline = time.monotonic() + timeout
     try:

@@ -4,9 +4,10 @@ of the bytes they send (meter.py) is theirs alone on a student's machine too, no
 The launcher forks a *holder* that makes a user namespace (mapping the user's own ids to themselves, so files keep
 their owners) with a network namespace in it, brings its loopback up and waits. Every rank joins both namespaces
 first thing (a forked child is single-threaded, as ``setns`` into a user namespace requires), and the launcher reads
-the holder's ``/proc/<pid>/net/dev``. Where the kernel refuses unprivileged user namespaces (some distributions
-do), ``PrivateLoopback.start`` returns None: the ranks share the machine's loopback and byte checks judge nothing
-(reading.measured_privately).
+the holder's ``/proc/<pid>/net/dev``. The holder also makes the socket rank 0's store listens on (``store_socket``:
+a socket belongs to the network namespace it was made in). Where the kernel refuses unprivileged user namespaces
+(some distributions do), ``PrivateLoopback.start`` returns None: the ranks share the machine's loopback and byte
+checks judge nothing (reading.measured_privately).
 """
 import ctypes
 import fcntl
@@ -46,38 +47,47 @@ def tx_bytes(net_dev: str = "/proc/net/dev") -> int | None:
 
 
 class PrivateLoopback:
-    def __init__(self, holder: int):
-        self.holder = holder
+    def __init__(self, holder: int, channel: socket.socket):
+        self.holder, self.channel = holder, channel
 
     @classmethod
     def start(cls) -> "PrivateLoopback | None":
         """A holder of fresh namespaces, or None where they cannot be made here."""
         uid, gid = os.getuid(), os.getgid()
-        ready_r, ready_w = os.pipe()
+        ours, theirs = socket.socketpair()
         pid = os.fork()
         if pid == 0:
             try:
-                os.close(ready_r)
+                ours.close()
                 _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare")
                 Path("/proc/self/setgroups").write_text("deny")
                 Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
                 Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
                 _bring_loopback_up()
-                os.write(ready_w, b"1")
-                while True:
-                    signal.pause()  # until stop() kills it
+                theirs.send(b"1")
+                while theirs.recv(1):  # a request for a listening socket, until stop() kills it
+                    with socket.socket() as listener:
+                        listener.bind(("127.0.0.1", 0))
+                        listener.listen(64)
+                        socket.send_fds(theirs, [b"s"], [listener.fileno()])
             finally:
                 os._exit(0)
-        os.close(ready_w)
-        ready = os.read(ready_r, 1) == b"1"
-        os.close(ready_r)
-        if not ready:
+        theirs.close()
+        if ours.recv(1) != b"1":
+            ours.close()
             os.waitpid(pid, 0)
             return None
-        return cls(pid)
+        return cls(pid, ours)
+
+    def store_socket(self) -> socket.socket:
+        """A socket listening on 127.0.0.1 of this loopback (on a port of its own)."""
+        self.channel.send(b"?")
+        _, fds, _, _ = socket.recv_fds(self.channel, 1, 1)
+        return socket.socket(fileno=fds[0])
 
     def join(self) -> None:
         """In a rank, before anything else: enter the holder's user and network namespaces."""
+        self.channel.close()  # the launcher's, to ask the holder for sockets
         fds = [os.open(f"/proc/{self.holder}/ns/{kind}", os.O_RDONLY) for kind in ("user", "net")]  # both first:
         try:  # once in the user namespace, the holder's /proc files are no longer ours to open
             for fd, kind in zip(fds, ("user", "net")):
@@ -90,6 +100,7 @@ class PrivateLoopback:
         return tx_bytes(f"/proc/{self.holder}/net/dev")
 
     def stop(self) -> None:
+        self.channel.close()
         try:
             os.kill(self.holder, signal.SIGKILL)
             os.waitpid(self.holder, 0)

@@ -98,10 +98,14 @@ def trim_memory() -> None:
         pass
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def store_socket() -> socket.socket:
+    """A listening socket for rank 0's TCPStore, made before any rank is forked: a rank that connects before rank 0
+    has started its store waits in the backlog instead of being refused (c10d would retry only after up to a
+    second, a loaded machine's usual case), and no other process can take the port in between."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    return listener
 
 
 # ---- inside a rank ------------------------------------------------------------------------------
@@ -146,8 +150,25 @@ def _stderr_closed(closed: bool):
         os.close(null)
 
 
-def _rank_main(rank: int, world_size: int, port: int, timeout: float, target, args, reply_fd: int,
-               group: bool, gate_fds: tuple[int, int] | None, loopback: PrivateLoopback | None) -> None:
+def _join_group(rank: int, world_size: int, listener: socket.socket, timeout: datetime.timedelta) -> None:
+    import torch.distributed as dist
+
+    port = listener.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world_size))
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", port, world_size, True, timeout, master_listen_fd=listener.detach())
+    else:
+        listener.close()
+        store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
+    # Every rank has joined before any runs the target: one that ends first (a student's rank that never
+    # communicates) then cannot take rank 0's store away from a peer still joining ("Connection closed").
+    dist.barrier()
+
+
+def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeout: float, target, args,
+               reply_fd: int, gate_fds: tuple[int, int] | None, loopback: PrivateLoopback | None) -> None:
     """A forked rank: set up, define the student's code, run the target, answer with JSON, exit. Never returns."""
     global _gate_channel
     _gate_channel = gate_fds
@@ -158,19 +179,12 @@ def _rank_main(rank: int, world_size: int, port: int, timeout: float, target, ar
         for setup in _child_setup:
             setup()
         import torch
-        import torch.distributed as dist
 
         torch.set_num_threads(1)  # a forked child hangs in its first parallel op if the parent's pool was busy
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                          WORLD_SIZE=str(world_size))
         args = [a.resolve() if isinstance(a, Deferred) else a for a in args]
-        if group:
+        if listener:
             with _stderr_closed(loopback is not None):  # c10d: "cannot retrieve the hostname" (no DNS in there)
-                dist.init_process_group("gloo", rank=rank, world_size=world_size,
-                                        timeout=datetime.timedelta(seconds=timeout))
-                # Every rank has joined before any runs the target: one that ends first (a student's rank that never
-                # communicates) then cannot take rank 0's store away from a peer still joining ("Connection closed").
-                dist.barrier()
+                _join_group(rank, world_size, listener, datetime.timedelta(seconds=timeout))
         message = {"ok": target(rank, world_size, *args)}
     except DefinitionError as exc:
         message = {"error": str(exc), "student": True}
@@ -211,8 +225,10 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
     each rank's gate requests as the policy says, measuring the ranks while they wait. ``peaks``: a check judges the
     ranks' peak memory, so the meter samples it often (``PEAK_SAMPLE_S``).
     """
-    port, ranks = free_port(), []
+    ranks = []
     loopback = None if _private_network[0] else PrivateLoopback.start()  # the sandbox's loopback is theirs already
+    # rank 0's store listens on the ranks' loopback: the holder's namespace, where there is one
+    listener = (loopback.store_socket() if loopback else store_socket()) if group else None
     interval = min(PEAK_SAMPLE_S if peaks else SAMPLE_S, (gates and gates.tick_s) or SAMPLE_S)
     meter = Meter(interval, gates=gates, held=_held[0] if _held else None,
                   private_network=_private_network[0] or bool(loopback),
@@ -229,13 +245,15 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
             for fd in [fd for other in ranks for fd in other.fds()] + [requests[0], replies[1]]:
                 if fd is not None:
                     os.close(fd)
-            _rank_main(rank, world_size, port, timeout, target, args, write_fd, group,
+            _rank_main(rank, world_size, listener, timeout, target, args, write_fd,
                        (requests[1], replies[0]) if gates else None, loopback)
         for fd in (write_fd, requests[1], replies[0]):
             if fd is not None:
                 os.close(fd)
         ranks.append(_Rank(rank, pid, read_fd, (requests[0], replies[1]) if gates else None))
     gc.unfreeze()
+    if listener:
+        listener.close()
     meter.start([r.pid for r in ranks])
     try:
         failure = _collect(ranks, meter, time.monotonic() + timeout)

@@ -36,8 +36,8 @@ def global_grad_norm(grads) -> float:
     """The L2 norm of the whole model's gradient, from each rank's gradient shards."""
     squares = torch.zeros((), dtype=torch.float64)
     for g in grads:
-        if g is not None:
-            squares += g.detach().double().pow(2).sum()
+        if g is not None:  # accumulated in float64 without a float64 copy of the gradient
+            squares += torch.linalg.vector_norm(g.detach(), dtype=torch.float64).square()
     dist.all_reduce(squares)
     return math.sqrt(float(squares))
 
