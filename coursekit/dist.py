@@ -61,6 +61,13 @@ def barrier(device: torch.device) -> None:
     dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
 
 
+def free_port() -> int:
+    """A port free right now on this machine (for a rendezvous address, e.g. torchrun's)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def store_socket() -> socket.socket:
     """The socket rank 0's store will listen on, made before any rank starts: a rank that gets there first then
     waits in its backlog instead of being refused (torch would retry only after up to a second)."""

@@ -150,16 +150,14 @@ def _stderr_closed(closed: bool):
         os.close(null)
 
 
-def _join_group(rank: int, world_size: int, listener: socket.socket, timeout: datetime.timedelta) -> None:
+def _join_group(rank: int, world_size: int, port: int, listener: socket.socket | None,
+                timeout: datetime.timedelta) -> None:
+    """Rank 0's store listens on ``listener`` (made before the fork); the others connect to ``port``."""
     import torch.distributed as dist
 
-    port = listener.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world_size))
     if rank == 0:
         store = dist.TCPStore("127.0.0.1", port, world_size, True, timeout, master_listen_fd=listener.detach())
     else:
-        listener.close()
         store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
     # Every rank has joined before any runs the target: one that ends first (a student's rank that never
@@ -181,10 +179,17 @@ def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeo
         import torch
 
         torch.set_num_threads(1)  # a forked child hangs in its first parallel op if the parent's pool was busy
+        port = listener.getsockname()[1] if listener else None
+        if listener and rank:
+            listener.close()  # rank 0's alone
+            listener = None
+        # as torchrun sets them, before the student's cells run (they may read them)
+        os.environ.update(MASTER_ADDR="127.0.0.1", RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                          **({"MASTER_PORT": str(port)} if port else {}))
         args = [a.resolve() if isinstance(a, Deferred) else a for a in args]
-        if listener:
+        if port:
             with _stderr_closed(loopback is not None):  # c10d: "cannot retrieve the hostname" (no DNS in there)
-                _join_group(rank, world_size, listener, datetime.timedelta(seconds=timeout))
+                _join_group(rank, world_size, port, listener, datetime.timedelta(seconds=timeout))
         message = {"ok": target(rank, world_size, *args)}
     except DefinitionError as exc:
         message = {"error": str(exc), "student": True}
