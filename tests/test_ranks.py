@@ -1,7 +1,7 @@
 """The launcher of the grader's scenarios (exercises/ranks.py), on its own."""
 import pytest
 
-from autograder.exercises.ranks import run_on_ranks
+from autograder.exercises.ranks import Deferred, run_on_ranks
 
 
 def _answers_at_once(rank: int, world_size: int) -> dict:
@@ -17,3 +17,18 @@ def test_ranks_that_never_communicate_all_answer(world_size):
         found = run_on_ranks(_answers_at_once, world_size)
         assert "error" not in found, found
         assert [r["rank"] for r in found["ranks"]] == list(range(world_size))
+
+
+def _calls(rank: int, world_size: int, fn) -> dict:
+    return fn()
+
+
+def test_a_cell_sees_its_rank_in_the_environment_when_it_is_defined():
+    """As under torchrun: the student's cells run in each rank after RANK, WORLD_SIZE and MASTER_PORT are set, so a
+    cell may read them at the top level (the group is joined only after the cells have run)."""
+    cell = "import os\nSEEN = {k: os.environ.get(k) for k in ('RANK', 'WORLD_SIZE', 'MASTER_PORT')}\n" \
+           "def read():\n    return SEEN\n"
+    found = run_on_ranks(_calls, 2, Deferred([("your cell", cell)], "read"))
+    assert "error" not in found, found
+    assert [(r["RANK"], r["WORLD_SIZE"]) for r in found["ranks"]] == [("0", "2"), ("1", "2")]
+    assert found["ranks"][0]["MASTER_PORT"] == found["ranks"][1]["MASTER_PORT"] is not None
