@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from ..authoring.course import Course, load_course
 from ..exercises import get_exercise
+from ..selfcheck.fingerprint import code_fingerprint, grader_code
 from .grading import Row, grade_submission, reference_observations
 from .report import write_atomic, write_reports
 from .sandbox.sandbox import Sandbox
@@ -64,8 +65,7 @@ def _grader_version(references: dict, sandbox: Sandbox, timeout: float | None) -
     earlier saves are stale (a result graded without isolation is never kept once isolation exists)."""
     digest = hashlib.sha256(json.dumps(references, sort_keys=True).encode())
     digest.update(f"{sandbox.fingerprint()}|timeout={timeout}".encode())
-    for source in sorted(Path(__file__).parent.rglob("*.py")):
-        digest.update(source.read_bytes())
+    digest.update(code_fingerprint(grader_code()).encode())
     return digest.hexdigest()[:16]
 
 

@@ -17,12 +17,11 @@ from functools import cache
 from pathlib import Path
 
 from ..exercises import get_exercise
+from .fingerprint import code_fingerprint, exercise_code
 
 FOLDER = Path(__file__).resolve().parent.parent / "references"
 FORMAT = 2
 REINSTALL = "reinstall the course kit (`pip install --force-reinstall` of the file your instructor gave you)"
-# The exercise code every observation depends on besides the exercise's own package.
-SHARED = ("protocol.py", "parse.py", "reading.py", "scenarios.py", "observing.py", "ranks.py")
 
 
 class ReferenceUnavailable(Exception):
@@ -52,14 +51,8 @@ def reference_file(exercise: str, folder: Path | None = None) -> Path:
 
 
 def checks_fingerprint(exercise: str) -> str:
-    """Hash of the code that observes and reads the observation: the exercise's package and the shared modules."""
-    package = Path(__file__).resolve().parent.parent / "exercises"
-    own = package.joinpath(*get_exercise(exercise).package.split(".")[2:])
-    sha = hashlib.sha256()
-    # The mistakes' catalogue (mistakes.py) only words the feedback: it changes no observation and no score.
-    for source in [package / name for name in SHARED] + sorted(p for p in own.glob("*.py") if p.name != "mistakes.py"):
-        sha.update(source.name.encode() + b"\0" + source.read_bytes())
-    return sha.hexdigest()[:16]
+    """Of the code that observes and judges the exercise (``fingerprint.exercise_code``)."""
+    return code_fingerprint(exercise_code(get_exercise(exercise).package))
 
 
 @cache

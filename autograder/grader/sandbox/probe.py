@@ -21,9 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ...selfcheck.fingerprint import code_fingerprint, grader_code
 from .forbidden import STUB_MODULE, SWITCHED_OFF, USES
-
-AUTOGRADER = Path(__file__).resolve().parents[2]
 
 PROBE_TIMEOUT_S = 180.0
 
@@ -97,8 +96,7 @@ def cache_key(sandbox) -> str:
     """Everything the answer depends on: torch's files and the stubs, the grader's code (what the worker imports),
     the kernel, the grader's identity and the isolation it builds."""
     digest = hashlib.sha256(STUB_MODULE.read_bytes())
-    for source in sorted(AUTOGRADER.rglob("*.py")):
-        digest.update(source.read_bytes())
+    digest.update(code_fingerprint(grader_code()).encode())
     for _, target in sandbox.stubs.binds:
         stat = os.stat(target)
         digest.update(f"{target}|{stat.st_mtime_ns}|{stat.st_size}".encode())
