@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 PORT   ?= 8888
 
-.PHONY: env lab nbgrader test test-fast notebooks check-notebooks student-kit hub hub-down bench gpu-evidence gpu-evidence-dry clean
+.PHONY: env lab nbgrader test test-fast test-any-cpu notebooks check-notebooks student-kit hub hub-down bench gpu-evidence gpu-evidence-dry clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,14 +28,20 @@ nbgrader: env
 	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/nbgrader $(ARGS)
 
 ## test: install, check the student notebooks are generated from solutions/, run every test: most of them in
-## TEST_PROCESSES processes side by side (tests/conftest.py keeps each file in one), then the `serial` ones alone
+## TEST_PROCESSES processes side by side (tests/conftest.py keeps each file in one), then the `serial` ones alone,
+## then the fast tier under the CPU kernels other machines pick (test-any-cpu)
 TEST_PROCESSES ?= 2
 test: env
 	$(VENV)/bin/ruff check .
 	$(PY) -m autograder generate --check
 	$(PY) -m pytest -n $(TEST_PROCESSES) -m "not serial"; side_by_side=$$?; \
 	    $(PY) -m pytest -m serial; alone=$$?; \
-	    [ $$side_by_side = 0 ] && [ $$alone = 0 ]
+	    $(PY) tests/any_cpu.py; any_cpu=$$?; \
+	    [ $$side_by_side = 0 ] && [ $$alone = 0 ] && [ $$any_cpu = 0 ]
+
+## test-any-cpu: the fast tier again under ATen's two other CPU kernel levels (e.g. default and AVX2), side by side
+test-any-cpu: env
+	$(PY) tests/any_cpu.py
 
 ## test-fast: the quick tests only (no whole-notebook runs, no browser)
 test-fast: env

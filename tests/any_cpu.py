@@ -1,0 +1,67 @@
+"""The fast tier again under the CPU kernels other machines pick (``make test-any-cpu``; ``make test`` ends with it).
+
+ATen chooses its CPU kernels at run time (AVX-512, AVX2 or the portable default), oneDNN its own (up to AMX), and
+float results differ in the last bits between them. A class and a CI runner may have any of these CPUs, so every
+equality a lesson states or a test asserts must hold under each. This runs the fast tier under the two capability
+levels this CPU can run besides its own (``ATEN_CPU_CAPABILITY``, with ``ONEDNN_MAX_CPU_ISA`` capped to match),
+side by side, and fails if either run fails. Tests marked ``serial`` stay out: they need the machine to themselves
+and judge no float.
+"""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# ATen's level → the oneDNN ISA a machine of that level has at most
+LEVELS = {"default": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE"}
+TIER = "not slow and not browser and not serial"
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def levels_here(flags: set[str]) -> list[str]:
+    """The levels this CPU can run, the best (its own, unless capped by the environment) last."""
+    have = ["default"] + ["avx2"] * ("avx2" in flags) + ["avx512"] * ({"avx512f", "avx512bw", "avx512vl"} <= flags)
+    own = os.environ.get("ATEN_CPU_CAPABILITY", have[-1])
+    return [level for level in have if level != own][-2:]
+
+
+def main() -> int:
+    others = levels_here(cpu_flags())
+    if not others:
+        print("any-cpu: this CPU runs only ATen's default kernels: nothing else to try")
+        return 0
+    runs, logs = {}, {}
+    (REPO / "test-artifacts").mkdir(exist_ok=True)
+    started = time.monotonic()
+    for level in others:
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": level, "ONEDNN_MAX_CPU_ISA": LEVELS[level]}
+        logs[level] = (REPO / "test-artifacts" / f"any-cpu-{level}.log").open("w")
+        runs[level] = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", TIER,
+                                        "-o", "addopts=-rf"],
+                                       cwd=REPO, env=env, stdout=logs[level], stderr=subprocess.STDOUT)
+    failed = []
+    for level, run in runs.items():
+        code = run.wait()
+        logs[level].close()
+        lines = Path(logs[level].name).read_text().splitlines()
+        summary = [line for line in lines if line.startswith(("FAILED", "ERROR"))] + lines[-1:]
+        print(f"any-cpu: ATEN_CPU_CAPABILITY={level} ONEDNN_MAX_CPU_ISA={LEVELS[level]}:", *summary, sep="\n  ")
+        if code:
+            failed.append(level)
+    print(f"any-cpu: {len(runs)} runs side by side in {time.monotonic() - started:.0f} s"
+          + (f"; failed under {', '.join(failed)} (logs: test-artifacts/any-cpu-*.log)" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
