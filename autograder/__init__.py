@@ -2,7 +2,7 @@
 
 Four parts, dependencies pointing one way (``tests/test_layering.py`` holds them):
 
-* ``exercises/``: what an exercise is and the nine (and more) exercises; each one's ``observe.py`` runs next to the
+* ``exercises/``: what an exercise is, and one package per graded exercise; each one's ``observe.py`` runs next to the
   student's code, its ``checks.py`` is the verdict (plain Python, no torch). Ships to students.
 * ``selfcheck/``: what a notebook's test cell runs in the student's kernel. Ships to students, with ``references/``
   (the reference observations the self-checks compare with).

@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from autograder.define import define_function
-from autograder.reference import reference_function
+from autograder.authoring.course import reference_function
+from autograder.exercises.define import define_function
 from coursekit.dist import launch
 
 MIB = 2**20

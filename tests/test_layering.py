@@ -137,3 +137,9 @@ def test_no_module_reaches_into_the_tests_by_path(package):
 
     for path in (REPO / package).rglob("*.py"):
         assert not re.search(r"""/\s*["']tests["']|["']tests/""", path.read_text()), f"{path} names the tests folder"
+
+
+@pytest.mark.parametrize("module", sorted(p.stem for p in (REPO / "bench").glob("*.py") if p.stem != "__init__"))
+def test_every_bench_imports(module):
+    """A bench is run by hand, rarely: a module it imports that moved must fail here, not on the day it is needed."""
+    __import__(f"bench.{module}")

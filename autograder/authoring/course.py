@@ -88,6 +88,12 @@ class Course:
     def exercises(self) -> list[str]:
         return [e for spec in self.notebooks.values() for e in spec.exercises]
 
+    def reference_cells(self, exercise: str) -> list[tuple[str, str]]:
+        """The cells that define the reference solution, as (name, code): the notebook's setup cells, then its own."""
+        spec = self.spec_for_exercise(exercise)
+        return [(f"setup cell of {spec.name}", code) for code in spec.setup_code] + [
+            (f"reference cell {exercise}", spec.reference_code[exercise])]
+
 
 @cache
 def load_course(root: Path | None = None) -> Course:
@@ -98,15 +104,10 @@ def load_course(root: Path | None = None) -> Course:
 
 # ---- the reference solutions (trusted code: the instructor's own cells) ----------------------------
 
-def reference_cells(exercise: str) -> list[tuple[str, str]]:
-    spec = load_course().spec_for_exercise(exercise)
-    return [(f"setup cell of {spec.name}", code) for code in spec.setup_code] + [
-        (f"reference cell {exercise}", spec.reference_code[exercise])]
-
-
 @cache
 def reference_function(exercise: str):
-    return define_function(reference_cells(exercise), exercise)
+    """The reference solution of the course in this checkout, defined in this process."""
+    return define_function(load_course().reference_cells(exercise), exercise)
 
 
 _live = {}

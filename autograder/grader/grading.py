@@ -12,7 +12,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
-from ..authoring.course import Course, reference_cells
+from ..authoring.course import Course
 from ..exercises import get_exercise
 from ..exercises.diagnosis import diagnose
 from ..exercises.verdict import feedback_sentence, total
@@ -197,7 +197,7 @@ def reference_observations(course: Course, exercises: list[str], sandbox: Sandbo
                            salt: int | None = None) -> dict[str, dict]:
     """Observe every reference solution once, in the same kind of worker as the students' code: on each
     exercise's held-out scenarios (``salt=None``, class grading) or on those of the given salt (0: public)."""
-    tasks = [Task(e, e, tuple(reference_cells(e)), max(get_exercise(e).timeout_s, 120),
+    tasks = [Task(e, e, tuple(course.reference_cells(e)), max(get_exercise(e).timeout_s, 120),
                   held_out_salt(course, e) if salt is None else salt) for e in exercises]
     results, _ = run_tasks(tasks, sandbox, as_reference=True)
     broken = {k: r.reason for k, r in results.items() if r.status != "ok"}
