@@ -10,7 +10,7 @@ committed README says something else.
 from pathlib import Path
 
 from coursekit.run_times import format_seconds, load_run_times
-from coursekit.study_time import study_minutes
+from coursekit.study_time import say, study_minutes
 
 from ..exercises import get_exercise
 from .course import Course, course_root, load_course
@@ -41,7 +41,7 @@ def lessons_table(course: Course) -> str:
         measures = json.loads(page.read_text())["metadata"].get("course", {}).get("measures", "")
         run = format_seconds(times[relative]) if relative in times else "not recorded"
         shown = f"notebooks/{relative}" if lesson_number(relative) == "0" else relative
-        study = f"about {study_minutes(page)} min" if page.parent != root else "—"
+        study = say(study_minutes(page)) if page.parent != root else "—"
         lines.append(f"| {lesson_number(relative)} | `{shown}` | {graded or '—'} | {measures} | {study} | {run} |")
     return "\n".join(lines)
 
