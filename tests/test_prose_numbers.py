@@ -60,6 +60,7 @@ ALLOWED = [
     ("07_transformers", r"float32 matrix is 16 MiB", "arithmetic", "2048² float32 values, the grader's memory scenario"),
     ("07_transformers", r"tolerance of \$10\^\{-5\}\$", "config", "the tolerance the next cell applies"),
     ("07_transformers", r"1 × 128|128 × 128", "citation", "DeepSeek-V3's FP8 tile and block sizes"),
+    ("07_transformers", r"as/16h = 2", "arithmetic", "4 heads × 512 / (16 × 64), the sizes the same sentence gives"),
     # Lesson 4: the bubble formula's example, the measurement protocol, sizes
     ("04_model_pipeline_parallel", r"at most 10 %|= 10 %", "arithmetic", "(p−1)/(m+p−1) for the example shown"),
     ("04_model_pipeline_parallel", r"runs 5 times", "config", "the repetition count of the timing cell"),
