@@ -4,7 +4,11 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 PORT   ?= 8888
 
-.PHONY: env lab nbgrader test test-fast test-any-cpu notebooks check-notebooks student-kit hub hub-down bench gpu-evidence gpu-evidence-dry clean
+.PHONY: help env lab nbgrader test test-fast test-any-cpu notebooks check-notebooks student-kit hub hub-down bench gpu-evidence gpu-evidence-dry clean
+
+## help: list the targets, one line each (the first line of each target's `##` comment)
+help:
+	@sed -n 's/^## \([a-z-]*\): /  \1\t/p' $(firstword $(MAKEFILE_LIST)) | expand -t 22
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,19 +21,22 @@ env: $(VENV)/.installed
 
 ## lab: open JupyterLab on the course (nbgrader's Validate, assignment list and formgrader enabled)
 ## (the venv's bin goes first on PATH: formgrader runs `alembic` from PATH when it opens the gradebook)
+## (Lab's defaults as in the student kit: no news or update pop-ups)
+LAB_DEFAULTS := studentkit/jupyter-config/lab-settings/overrides.d/training-at-scale-student.json
 lab: env
+	install -D -m 644 $(LAB_DEFAULTS) $(VENV)/share/jupyter/lab/settings/overrides.d/training-at-scale.json
 	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/jupyter lab --port=$(PORT) \
 	    --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/00-start-here.ipynb \
 	    $(if $(filter 0,$(shell id -u)),--allow-root)
 
-## nbgrader: one nbgrader command on the course (in classroom/, with the venv's bin on PATH for its `alembic`),
-## e.g. make nbgrader ARGS="collect lesson1"
+## nbgrader: one nbgrader command on the course, e.g. make nbgrader ARGS="collect lesson1"
+## (in classroom/, with the venv's bin on PATH for its `alembic`)
 nbgrader: env
 	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/nbgrader $(ARGS)
 
-## test: install, check the student notebooks are generated from solutions/, run every test: most of them in
-## TEST_PROCESSES processes side by side (tests/conftest.py keeps each file in one), then the `serial` ones alone,
-## then the fast tier under the CPU kernels other machines pick (test-any-cpu)
+## test: lint, check the generated files, run every test (about 35 min on 2 cores; the browser tests need chromium):
+## most of them in TEST_PROCESSES processes side by side (tests/conftest.py keeps each file in one), then the
+## `serial` ones alone, then the fast tier under the CPU kernels other machines pick (test-any-cpu)
 TEST_PROCESSES ?= 2
 test: env
 	$(VENV)/bin/ruff check .
@@ -52,6 +59,7 @@ test-fast: env
 notebooks: env
 	$(PY) -m autograder generate
 
+## check-notebooks: only compare notebooks/, the references and the README's table with solutions/ (as CI does)
 check-notebooks: env
 	$(PY) -m autograder generate --check
 
@@ -59,8 +67,8 @@ check-notebooks: env
 student-kit: env
 	$(PY) -m autograder student-kit --out dist/student-kit
 
-## hub: a class on JupyterHub on this machine (as root): accounts from hub/demo-class.csv, student and instructor
-## environments, nbgrader's exchange, formgrader; http://localhost:8000 (docs/teaching-a-class.md)
+## hub: a class on JupyterHub on this machine (as root), http://localhost:8000
+## accounts from hub/demo-class.csv, student and instructor environments, nbgrader's exchange, formgrader (docs/teaching-a-class.md)
 hub: env
 	$(PY) -m hub up --class-list $(or $(CLASS),hub/demo-class.csv)
 
@@ -81,6 +89,7 @@ gpu-evidence:
 gpu-evidence-dry: env
 	$(PY) -m bench.gpu_evidence --dry-run --out $(or $(OUT),/tmp/gpu-evidence-dry)
 
+## clean: remove the gradebook, the exchange, collected submissions and test artifacts
 clean:
 	rm -rf classroom/gradebook.db classroom/submitted classroom/autograded \
 	       classroom/feedback classroom/exchange test-artifacts .pytest_cache

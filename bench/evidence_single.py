@@ -163,6 +163,7 @@ def lesson7_matmul(plan: Plan) -> dict:
     rows = plan.run(_matmul_rows, 1, n, plan.size(10, 1))[0]
     return {"rows": rows,
             "setup": f"one {n}×{n} @ {n}×{n} product per dtype, median time; FP8 = coursekit.fp8.scaled_matmul "
-                     "(torch._scaled_mm) of E4M3 operands with per-tensor float32 scales, bfloat16 result",
+                     "(F.scaled_mm; torch._scaled_mm before torch 2.13) of E4M3 operands with per-tensor float32 "
+                     "scales, bfloat16 result",
             "notes": "float32 runs without TF32 (PyTorch's default for matrix products). FP8 needs compute "
                      "capability 8.9 or newer; on older GPUs its row is empty."}

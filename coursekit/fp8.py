@@ -1,12 +1,15 @@
 """FP8 in one place: scaling a tensor into an 8-bit format, and the scaled matrix product.
 
 Hopper and later GPUs multiply FP8 matrices in their tensor cores, at twice the 16-bit rate; the product is
-``(a / scale_a) @ (b / scale_b)`` in FP8, accumulated in higher precision and multiplied back by both scales.
-torch exposes it as ``torch._scaled_mm``, a private function, so the course calls it only through
-``scaled_matmul`` (tests/test_lesson7_helpers.py). On a CPU torch emulates it, slower than a float32 product:
-the CPU shows the numerics, a GPU the speed (recorded by bench.gpu_evidence).
+``(a / scale_a) @ (b / scale_b)`` in FP8, accumulated in wider precision (on Hopper with ``use_fast_accum``, the
+fast mode, only about 14 bits: DeepSeek-V3 measured it) and multiplied back by both scales. torch 2.13 exposes it
+publicly as ``torch.nn.functional.scaled_mm`` (tensor-, row- and block-wise scales); older torch only as the private
+``torch._scaled_mm``, which the GPU recorder may meet on a GPU machine's own torch, so ``scaled_matmul`` is the one
+place that picks (tests/test_lesson7_helpers.py). On a CPU torch emulates it, slower than a float32 product: the CPU
+shows the numerics, a GPU the speed (recorded by bench.gpu_evidence).
 """
 import torch
+import torch.nn.functional as F
 
 from .timing import time_call
 
@@ -28,8 +31,13 @@ def scaled_matmul(a8: torch.Tensor, b8: torch.Tensor, scale_a: torch.Tensor, sca
                   out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """(a8 · scale_a) @ (b8 · scale_b) for FP8 a8 (m, k) and b8 (k, n), float32 scalar scales, in ``out_dtype``.
 
-    The kernel wants b8 column-major: pass ``w8.t()`` of a row-major (n, k) weight, as a linear layer holds it."""
-    return torch._scaled_mm(a8, b8, scale_a=scale_a.float(), scale_b=scale_b.float(), out_dtype=out_dtype)
+    The kernel wants b8 column-major: pass ``w8.t()`` of a row-major (n, k) weight, as a linear layer holds it.
+    Per-tensor scales only: the lesson's case (F.scaled_mm also takes row- and block-wise ones)."""
+    scale_a, scale_b = scale_a.float(), scale_b.float()
+    if hasattr(F, "scaled_mm"):  # public from torch 2.13
+        return F.scaled_mm(a8, b8, scale_a, F.ScalingType.TensorWise, scale_b, F.ScalingType.TensorWise,
+                           output_dtype=out_dtype)
+    return torch._scaled_mm(a8, b8, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
 
 
 def fp8_supported(device: torch.device | str) -> bool:

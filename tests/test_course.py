@@ -55,3 +55,19 @@ def test_readme_lessons_table_is_generated_and_current(course):
     for spec in course.notebooks.values():
         for exercise, points in spec.test_points.items():
             assert f"`{exercise}` ({points:g} pts)" in table
+
+
+def test_both_readmes_count_from_the_course(course):
+    """The counts the READMEs state in prose come from the course, and a stale one is caught."""
+    from autograder.authoring.readme import NUMBER_WORDS, course_counts, rendered_counts
+
+    lessons = len(list((course.root / "solutions").glob("lesson*/*.ipynb")))
+    exercises = sum(len(spec.exercises) for spec in course.notebooks.values())
+    counts = course_counts(course)
+    said = (NUMBER_WORDS + [str(exercises)])[min(exercises, len(NUMBER_WORDS))]
+    assert counts["last_lesson"] == str(lessons) and counts["exercises"] == said
+    for readme in (course.root / "README.md", course.root / "studentkit/README.md"):
+        text = readme.read_text()
+        assert "<!-- count:lessons -->" in text and "<!-- count:exercises -->" in text, readme
+        stale = text.replace(f"<!-- count:lessons -->{counts['lessons']}<", "<!-- count:lessons -->six<")
+        assert stale != text and rendered_counts(stale, course) == text, readme

@@ -3,6 +3,7 @@
 nbgrader's formgrader runs ``alembic`` from PATH when it opens the gradebook; a shell that never activated .venv
 has no ``alembic`` on PATH, and the first ``/formgrader/api/assignments`` answered 500 until a reload.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -64,6 +65,12 @@ def test_formgrader_answers_on_the_first_open_from_make_lab(tmp_path):
             pytest.fail(f"`make lab` did not serve within 90 s:\n{log.read_text()[-3000:]}")
         status, body = _get(f"http://127.0.0.1:{port}/formgrader/api/assignments?token={token}")
         assert status == 200 and '"name": "lesson1"' in body, f"{status}\n{log.read_text()[-3000:]}"
+        # no "get notified about Jupyter news?" pop-up over the start page, no update check: Lab's defaults say so
+        status, body = _get(f"http://127.0.0.1:{port}/lab/api/settings/@jupyterlab/apputils-extension:notification"
+                            f"?token={token}")
+        defaults = json.loads(body)["schema"]["properties"]
+        assert status == 200 and defaults["fetchNews"]["default"] == "false", body[:2000]
+        assert defaults["checkForUpdates"]["default"] is False, body[:2000]
     finally:
         if server.poll() is None:
             os.killpg(server.pid, 15)

@@ -24,7 +24,8 @@ def test_a_rank_s_block_of_reordered_rows_is_its_heads_attention():
         mine = torch.nn.functional.linear(x, split.attn.qkv.weight[rows], split.attn.qkv.bias[rows])
         heads = slice(rank * 8, (rank + 1) * 8)
         for got, want in zip(mine.chunk(3, dim=-1), (q, k, v)):
-            assert torch.equal(got, want[..., heads])
+            # round-off apart: a product of 24 output rows and one of 48 may run different CPU kernels
+            torch.testing.assert_close(got, want[..., heads], rtol=1e-6, atol=1e-6)
 
 
 def test_the_block_still_computes_the_same_function():

@@ -81,6 +81,7 @@ ANSWERS = {
     "my_naive_peak_mib_2048": r"\b256 MiB|\b264 MiB|two 128 MiB",
     "my_flash_memory_fraction": r"\b1 ?/ ?[34]\b|\b0\.(25|33?)\b|\b(25|33) ?%",
     "my_full_fraction": r"\b5 ?/ ?16\b|\b20 ?/ ?64\b|\b0\.3[1-7]\b",
+    "my_core_fraction": r"\b0\.[56]\d\b|\b3 ?/ ?5\b",
     "my_unscaled_error": r"relative error (of |is )?(1(\.0+)?|100 ?%)(?![\d.])|(rounds?|flush(es)?) to zero",
     "my_graph_breaks": r"\b(2|two) graph breaks|\b(3|three) graphs",
     # Lesson 8

@@ -38,6 +38,7 @@ CLAIMS = [
 # (notebook stem or "*", regex that must match the claim with its context, kind, why it is not a typed-in measurement)
 ALLOWED = [
     ("*", r"about \d+ min(?:utes)?\b", "definition", "study time: a reading guide, not a measurement"),
+    ("*", r"about \d+(?:\.5)? h\b", "definition", "study time in hours: a planning guide, not a measurement"),
     ("00-start-here", r"budget is under 90 s", "definition", "the course's run-time rule"),
     # Lesson 2: the formats and the seed's claim under test
     ("02_mixed_precision", r'"2–3×', "citation", "the seed lesson's claim, quoted in order to be tested"),
@@ -57,6 +58,9 @@ ALLOWED = [
     ("05_fsdp_zero", r"8 layers of 768 × 768|about\n2\.25 MiB each", "config",
      "the grader's memory scenario, stated in the exercise (768² float32 values = 2.25 MiB)"),
     ("07_transformers", r"float32 matrix is 16 MiB", "arithmetic", "2048² float32 values, the grader's memory scenario"),
+    ("07_transformers", r"tolerance of \$10\^\{-5\}\$", "config", "the tolerance the next cell applies"),
+    ("07_transformers", r"1 × 128|128 × 128", "citation", "DeepSeek-V3's FP8 tile and block sizes"),
+    ("07_transformers", r"as/16h = 2", "arithmetic", "4 heads × 512 / (16 × 64), the sizes the same sentence gives"),
     # Lesson 4: the bubble formula's example, the measurement protocol, sizes
     ("04_model_pipeline_parallel", r"at most 10 %|= 10 %", "arithmetic", "(p−1)/(m+p−1) for the example shown"),
     ("04_model_pipeline_parallel", r"runs 5 times", "config", "the repetition count of the timing cell"),

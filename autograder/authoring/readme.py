@@ -5,12 +5,14 @@ assignment), its graded exercises and their points (the registered exercises' ch
 notebook's ``metadata.course.measures``), its study time (``coursekit.study_time``, one formula over the
 material) and its recorded run time (``coursekit/results/lesson_times.json``).
 ``python -m autograder generate`` writes the table between two markers in README.md; ``--check`` fails when the
-committed README says something else.
+committed README says something else. The same goes for the counts both READMEs state in prose (README.md and the
+kit's, studentkit/README.md): each sits between ``<!-- count:NAME -->`` and ``<!-- /count -->``.
 """
+import re
 from pathlib import Path
 
 from coursekit.run_times import format_seconds, load_run_times
-from coursekit.study_time import study_minutes
+from coursekit.study_time import say, study_minutes
 
 from ..exercises import get_exercise
 from .course import Course, course_root, load_course
@@ -41,40 +43,73 @@ def lessons_table(course: Course) -> str:
         measures = json.loads(page.read_text())["metadata"].get("course", {}).get("measures", "")
         run = format_seconds(times[relative]) if relative in times else "not recorded"
         shown = f"notebooks/{relative}" if lesson_number(relative) == "0" else relative
-        study = f"about {study_minutes(page)} min" if page.parent != root else "—"
+        study = say(study_minutes(page)) if page.parent != root else "—"
         lines.append(f"| {lesson_number(relative)} | `{shown}` | {graded or '—'} | {measures} | {study} | {run} |")
     return "\n".join(lines)
 
 
+COUNT = re.compile(r"<!-- count:(\w+) -->(.*?)<!-- /count -->")
+NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+
+
+def course_counts(course: Course) -> dict[str, str]:
+    """What the READMEs count (lessons, notebooks, graded exercises and the notebooks that hold them), and where the
+    run times were recorded."""
+    lessons = sorted((course.root / "solutions").glob("lesson*/*.ipynb"))
+    graded = [spec for spec in course.notebooks.values() if spec.exercises]
+    numbers = {"lessons": len(lessons), "notebooks": len(lessons) + 1,  # the lessons and the start page
+               "exercises": sum(len(spec.exercises) for spec in graded), "graded_notebooks": len(graded)}
+    words = {name: NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else str(n) for name, n in numbers.items()}
+    times = load_run_times() or {}
+    recorded = (f"{times.get('device', '?')}, torch {times.get('torch', '?')}, {times.get('date', '?')}; "
+                f"{times.get('conditions', 'load not recorded')}")
+    return {**words, **{f"{name}_capitalised": word.capitalize() for name, word in words.items()},
+            "last_lesson": str(numbers["lessons"]), "run_times_recorded": recorded}
+
+
+def rendered_counts(text: str, course: Course) -> str:
+    """``text`` with every count between its markers written afresh (an unknown name is an error)."""
+    counts = course_counts(course)
+    return COUNT.sub(lambda m: f"<!-- count:{m[1]} -->{counts[m[1]]}<!-- /count -->", text)
+
+
 def rendered_readme(text: str, course: Course) -> str:
-    """``text`` with the lessons table between the markers replaced by a fresh one."""
+    """``text`` with the lessons table between the markers replaced by a fresh one, and its counts."""
     head, found, rest = text.partition(BEGIN)
     _, found_end, tail = rest.partition(END)
     if not (found and found_end):
         raise ValueError(f"README.md has no lessons table markers ({BEGIN!r} … {END!r})")
-    return f"{head}{BEGIN}\n{lessons_table(course)}\n{END}{tail}"
+    return rendered_counts(f"{head}{BEGIN}\n{lessons_table(course)}\n{END}{tail}", course)
 
 
 def readme_path() -> Path:
     return course_root() / "README.md"
 
 
+def kit_readme_path() -> Path:
+    return course_root() / "studentkit" / "README.md"
+
+
 def write_readme() -> list[str]:
-    path = readme_path()
-    text = path.read_text()
-    fresh = rendered_readme(text, load_course())
-    if fresh != text:
-        path.write_text(fresh)
-        return ["wrote the lessons table of README.md"]
-    return ["README.md's lessons table is current"]
+    course, done = load_course(), []
+    for path, render in ((readme_path(), rendered_readme), (kit_readme_path(), rendered_counts)):
+        text = path.read_text()
+        fresh = render(text, course)
+        if fresh != text:
+            path.write_text(fresh)
+            done.append(f"wrote the generated parts of {path.relative_to(course_root())}")
+    return done or ["the READMEs' generated parts are current"]
 
 
 def stale_readme() -> list[str]:
-    path = readme_path()
-    text = path.read_text()
-    try:
-        fresh = rendered_readme(text, load_course())
-    except ValueError as problem:
-        return [str(problem)]
-    return [] if fresh == text else ["README.md's lessons table differs from the course: run `python -m autograder "
-                                     "generate` and commit README.md"]
+    course, stale = load_course(), []
+    for path, render in ((readme_path(), rendered_readme), (kit_readme_path(), rendered_counts)):
+        text = path.read_text()
+        try:
+            fresh = render(text, course)
+        except ValueError as problem:
+            return [str(problem)]
+        if fresh != text:
+            stale.append(f"{path.relative_to(course_root())}'s generated parts differ from the course: run "
+                         "`python -m autograder generate` and commit it")
+    return stale

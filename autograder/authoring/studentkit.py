@@ -31,10 +31,12 @@ from .reference_files import stale_references
 PROJECT = "training-at-scale-student"
 INSTRUCTOR_ONLY_DEPENDENCIES = {"distributed"}  # the class grader's cluster back end
 KIT_SOURCES = Path(__file__).resolve().parents[2] / "studentkit"   # launcher, README, Jupyter settings
-JUPYTER_SETTINGS = {  # installed under the environment's etc/jupyter (read by every JupyterLab started in it)
+JUPYTER_SETTINGS = {  # installed under the environment's etc/ and share/ (read by every JupyterLab started in it)
     "etc/jupyter/labconfig/page_config.d": "jupyter-config/labconfig/page_config.d/training-at-scale-student.json",
     "etc/jupyter/jupyter_server_config.d": "jupyter-config/jupyter_server_config.d/training-at-scale-student.json",
     "etc/jupyter": "jupyter-config/nbgrader_config.json",
+    # Lab's defaults: no "get notified about Jupyter news?" pop-up over the start page, no update check
+    "share/jupyter/lab/settings/overrides.d": "jupyter-config/lab-settings/overrides.d/training-at-scale-student.json",
 }
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "BEGIN HIDDEN TESTS")
 # What of ``autograder`` ships: the package's entry (``check``), the exercises (their observers run in the
@@ -79,7 +81,7 @@ def _pyproject(version: str) -> str:
     packages = json.dumps(student_packages() + ["coursekit", "training_at_scale_student"])
     data_files = "".join(f'"{target}" = ["{source}"]\n' for target, source in JUPYTER_SETTINGS.items())
     return f'''[build-system]
-requires = ["setuptools>=68"]
+requires = ["setuptools>=77"]
 build-backend = "setuptools.build_meta"
 
 [project]
@@ -88,7 +90,7 @@ version = "{version}"
 description = "Training at Scale, the student kit: lessons, helpers and self-checks (no solutions)."
 readme = "README.md"
 requires-python = ">=3.11"
-license = {{ text = "MIT" }}
+license = "MIT"
 dependencies = [
 {deps}]
 

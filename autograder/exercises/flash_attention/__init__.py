@@ -13,41 +13,21 @@ float64 on the same inputs. The checks compare with it, normwise (max |error| / 
 2e-2 with bfloat16 inputs (bf16's own round-off is 4e-3; correct styles measured at 6e-3). Lengths are not
 multiples of the tile except in ``plain``; ``ragged`` has n_q ≠ n_k and one leading dimension.
 
-Method (the ``memory`` scenario: n_q = n_k = 512, d = 16, one head, not causal, float32). There an n × n float32
-matrix is 1 MiB and q, k, v, o together 128 KiB, so such a matrix dominates. Recorded in the student's process, and
-graded (forgeable by a determined student, like everything in-process; an outside meter should replace them):
-
-* what forward saves for backward (``saved_tensors_hooks``, each storage once): no tensor of n_q × n_k / 2 values
-  or more, and a float32 L of shape (..., n_q);
-* the largest tensor any operator returns during forward + backward (a dispatch mode, ``coursekit.ops.watch_ops``,
-  which sees the backward's operators too, about 10 µs each): under half an n_q × n_k matrix. The profiler's
-  memory replay would give the true peak, but costs about 10 s here (70× the run itself), so it is left to the
-  outside meter.
-
-Measured on the 2-core CPU (torch 2.13.0+cpu; peak = bytes allocated above the start over forward + backward, from the
-profiler's memory events, ``coursekit.memory``; the input tensors exist before and are not counted):
-
-  =========================================================  =========  =================  =================
-  n = 512 (n = 1024)                                         saved B    peak / n² fp32     largest / n²
-  =========================================================  =========  =================  =================
-  reference (recomputes tiles, saves q, k, v, o, L)          133,120    0.13 (0.07)        0.031 (0.016)
-  value-correct, saves P for backward (wrong)                1,181,696  3.07 (3.03)        1.0
-  value-correct, backward through naive attention (wrong)    133,120    4.10 (4.05)        1.0
-  naive attention under autograd (no Function)               1,146,880  3.06 (3.03)        1.0
-  torch SDPA (CPU flash kernel), for comparison              133,120    0.63 (0.56)        0.031 (the kernel)
-  =========================================================  =========  =================  =================
-
-So an outside meter of peak memory can set its threshold at one n × n float32 matrix above the process's baseline
-(8× the reference's peak at n = 512, 3× below every wrong method); measure the baseline with a FlashAttention that
-returns at once. n = 1024 widens the gap (0.07 against 3 and more) but the reference's tile loop then takes about
-0.5 s and a backward through naive attention about 7 s on this CPU.
+Method (the ``memory`` scenario, ``cases.MEMORY_N`` and ``MEMORY_D``: n_q = n_k = 2048, d = 32, one head, not
+causal, float32, with ``BLOCK_Q = BLOCK_K = 128`` set in the student's cell so that the tile loops stay short). There
+an n × n float32 matrix is 16 MiB and q, k, v, o 256 KiB each, so such a matrix dominates. The scenario runs in a
+process of its own, and the launcher meters that process's peak memory from outside it: the check passes when the
+peak exceeds the reference's by at most half an n × n float32 matrix. Every wrong method that holds such a matrix
+(saving P for backward, a backward through naive attention, naive attention under autograd) holds one or more
+whole ones. What the student's process records itself (what forward saved, via ``saved_tensors_hooks``, and the
+largest tensor any operator returned, via ``coursekit.ops.watch_ops``) names the cause in the feedback, and shows
+that L was saved.
 
 The ``memory`` scenario also records whether torch's own SDPA ran (an operator of that name in the dispatch mode's
 count: calling it is not an answer to this exercise, and every check then fails and says so), and a fingerprint of
 its output (the evidence that it really computed attention there).
 
-Cost of one observation (six scenarios, in the student's process): about 1.2 s on the 2-core CPU, most of it the
-memory scenario's 90,000 operators under the dispatch mode.
+Cost of one observation: the six scenarios, each in a process of its own (``timeout_s`` below says how long).
 """
 from ..protocol import Check, Exercise
 from . import cases, checks
