@@ -19,10 +19,10 @@ from autograder.exercises import all_exercises
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # make test: alone, after the others
 
-L1, L3, L4, L5 = ("01_gradient_accumulation.ipynb", "03_data_parallel.ipynb", "04_model_pipeline_parallel.ipynb",
-                  "05_fsdp_zero.ipynb")
+L1, L3, L4, L5, L7 = ("01_gradient_accumulation.ipynb", "03_data_parallel.ipynb", "04_model_pipeline_parallel.ipynb",
+                      "05_fsdp_zero.ipynb", "07_transformers.ipynb")
 # Every exercise of each notebook: an honest student solves them all.
-LESSONS = {nb: [name for name, e in all_exercises().items() if e.notebook == nb] for nb in (L1, L3, L4, L5)}
+LESSONS = {nb: [name for name, e in all_exercises().items() if e.notebook == nb] for nb in (L1, L3, L4, L5, L7)}
 
 
 def honest(notebook: str, **replaced: str) -> dict:
@@ -191,6 +191,34 @@ class TensorParallelMLP(nn.Module):
         dist.all_reduce(torch.zeros_like(y))
         return y
 '''
+# Issue 37: torch's own FlashAttention kernel by a door the in-process SDPA watcher does not see (an operator named
+# through getattr, under _DisableTorchDispatch); the kernel really is tiled, so the outside memory meter passed it.
+SDPA_BY_ANOTHER_DOOR = '''
+import torch
+
+_ATEN = getattr(torch.ops, "aten")
+_NAME = "_scaled_dot_product_" + "flash_attention_for_cpu"
+
+
+class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal=False):
+        shape = q.shape
+        q4, k4, v4 = (t.reshape(-1, 1, t.shape[-2], t.shape[-1]) for t in (q, k, v))
+        with torch._C._DisableTorchDispatch():
+            o, lse = getattr(_ATEN, _NAME).default(q4, k4, v4, 0.0, is_causal)
+        ctx.save_for_backward(q4, k4, v4, o, lse)
+        ctx.is_causal, ctx.shapes = is_causal, (q.shape, k.shape, v.shape)
+        return o.reshape(shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q4, k4, v4, o, lse = ctx.saved_tensors
+        with torch._C._DisableTorchDispatch():
+            dq, dk, dv = getattr(_ATEN, _NAME + "_backward").default(
+                grad.reshape(o.shape).contiguous(), q4, k4, v4, o, lse, 0.0, ctx.is_causal)
+        return dq.reshape(ctx.shapes[0]), dk.reshape(ctx.shapes[1]), dv.reshape(ctx.shapes[2]), None
+'''
 HIDDEN_PARALLELIZE = '''
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -288,6 +316,7 @@ CLASS = {
     "forges_collective_count": {L4: honest(L4, TensorParallelMLP=ALL_GATHER_TP)},
     "full_mlp_every_rank": {L4: honest(L4, TensorParallelMLP=FULL_MLP_TP)},
     "shares_an_inherited_file": {L4: honest(L4, TensorParallelMLP=SHARED_FILE_TP)},
+    "sdpa_by_another_door": {L7: honest(L7, FlashAttention=SDPA_BY_ANOTHER_DOOR)},
     "hides_parallelize_module": {L4: honest(L4, TensorParallelMLP=HIDDEN_PARALLELIZE)},
     "hides_zero_redundancy": {L5: honest(L5, ShardedOptimizer=HIDDEN_ZERO)},
     "unsharded_zero": {L5: honest(L5, ShardedOptimizer=UNSHARDED_ZERO)},
@@ -305,6 +334,7 @@ AT_MOST = {
     ("forges_collective_count", "TensorParallelMLP"): 10,
     ("full_mlp_every_rank", "TensorParallelMLP"): 0,  # issue 37: no value points without the method
     ("shares_an_inherited_file", "TensorParallelMLP"): 0,  # no file is open in two ranks: it cannot start
+    ("sdpa_by_another_door", "FlashAttention"): 0,  # torch's SDPA kernels raise in a student's ranks
     ("hides_parallelize_module", "TensorParallelMLP"): 0,
     ("hides_zero_redundancy", "ShardedOptimizer"): 0,
     ("unsharded_zero", "ShardedOptimizer"): 9,

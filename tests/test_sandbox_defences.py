@@ -453,3 +453,55 @@ def test_a_rank_cannot_change_its_launchers_scheduling(configured):
     refused = {"worker": "Operation not permitted", "control": "changed"}[configured]
     assert found == {"renice": refused, "renice group": refused, "idle": refused, "pin": refused, "own": "changed",
                      "meter": found["meter"]}, found
+
+
+SWITCHED_OFF = r"""
+import gc, json
+import torch
+import torch.nn.functional as F
+from autograder.exercises.flash_attention.observe import FORBIDDEN_KERNELS
+from autograder.grader.sandbox.kernels import switch_off
+
+
+
+def registrations():
+    gc.collect()
+    return sorted(type(o).__name__ for o in gc.get_objects() if type(o).__module__.startswith("torch")
+                  and ("Library" in type(o).__name__ or "Dispatch" in type(o).__name__))
+
+
+before = registrations()
+switch_off(FORBIDDEN_KERNELS)
+q = torch.randn(1, 1, 32, 8)
+aten = getattr(torch.ops, "aten")
+
+
+def hidden_door():
+    with torch._C._DisableTorchDispatch():
+        return getattr(aten, "_scaled_dot_product_" + "flash_attention_for_cpu").default(q, q, q)
+
+
+after = registrations()
+found = {"reachable": [name for name in set(after) if after.count(name) > before.count(name)]}
+for name, run in {"F.scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(q, q, q),
+                  "hidden door": hidden_door, "math": lambda: aten._scaled_dot_product_attention_math(q, q, q),
+                  "plain attention": lambda: (q @ q.transpose(-1, -2)).softmax(-1) @ q}.items():
+    try:
+        run()
+        found[name] = "ran"
+    except RuntimeError as exc:
+        found[name] = "switched off" if "switched off in the grader's sandbox" in str(exc) else str(exc)[:200]
+print(json.dumps(found))
+"""
+
+
+def test_forbidden_kernels_raise_by_every_door_and_cannot_be_found_again():
+    """Issue 37: FlashAttention's rule in a student's rank (kernels.py, private torch API behind one function): torch's
+    SDPA raises however it is called, plain tensor code runs, no Python object holds the registration (a cell could
+    deregister it), and nothing reaches stderr (a test cell that writes there scores 0)."""
+    run = subprocess.run([sys.executable, "-c", SWITCHED_OFF], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0 and run.stderr == "", run.stderr[-2000:]
+    found = json.loads(run.stdout)
+    assert found == {"reachable": [], "F.scaled_dot_product_attention": "switched off", "hidden door": "switched off",
+                     "math": "switched off", "plain attention": "ran"}, found

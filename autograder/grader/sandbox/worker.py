@@ -29,6 +29,7 @@ from ...exercises.ranks import configure as configure_ranks
 from ..protocol import BadMessage, Task, loads_bounded
 from .family import RankFamilies
 from .isolation import close_inherited, isolate_rank, landlock_abi, rank_outputs
+from .kernels import switch_off
 from .scheduling import protect_from_rescheduling
 
 RESULT_LIMIT = 3 << 20       # bytes of observation a task may send back (the grader reads lines of 4 MiB)
@@ -62,7 +63,8 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
         if exercise.ranks:
             # A rank exercise: this process only launches and measures; each rank defines the student's function
             # itself, and never holds this process's channel to the zygote.
-            _configure_ranks(write_fd)
+            kernels = () if as_reference else getattr(observer_of(exercise), "FORBIDDEN_KERNELS", ())
+            _configure_ranks(write_fd, kernels)
             fn = Deferred(list(task.cells), task.exercise)
         else:
             try:
@@ -84,11 +86,11 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
         os._exit(status)
 
 
-def _configure_ranks(write_fd: int) -> None:
+def _configure_ranks(write_fd: int, kernels: tuple[tuple[str, str], ...] = ()) -> None:
     """What every rank does first, and how the launcher counts their memory, in a sandbox of its own (the
     student's own kernel, in a self-check, does neither): no channel to the zygote and no other inherited descriptor,
     isolated from the other ranks (isolation.py), unable to reschedule the launcher (scheduling.py); memory counted
-    over every process a rank starts (family.py)."""
+    over every process a rank starts (family.py); the exercise's forbidden torch kernels switched off (kernels.py)."""
     tmp_bytes = os.environ.get("AUTOGRADER_ISOLATE_RANKS")
     measuring = [os.getpid(), os.getppid()]  # this launcher and the zygote: no rank may change their scheduling
 
@@ -99,6 +101,7 @@ def _configure_ranks(write_fd: int) -> None:
         else:
             close_inherited(rank_fds())
         protect_from_rescheduling(measuring)
+        switch_off(kernels)
 
     sandboxed = bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE"))  # and a network namespace of its own
     # Isolated ranks in a Landlock domain stay readable to the launcher (isolation.py): one that is not is charged
