@@ -19,10 +19,10 @@ from autograder.exercises import all_exercises
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # make test: alone, after the others
 
-L1, L3, L4, L5 = ("01_gradient_accumulation.ipynb", "03_data_parallel.ipynb", "04_model_pipeline_parallel.ipynb",
-                  "05_fsdp_zero.ipynb")
+L1, L3, L4, L5, L7 = ("01_gradient_accumulation.ipynb", "03_data_parallel.ipynb", "04_model_pipeline_parallel.ipynb",
+                      "05_fsdp_zero.ipynb", "07_transformers.ipynb")
 # Every exercise of each notebook: an honest student solves them all.
-LESSONS = {nb: [name for name, e in all_exercises().items() if e.notebook == nb] for nb in (L1, L3, L4, L5)}
+LESSONS = {nb: [name for name, e in all_exercises().items() if e.notebook == nb] for nb in (L1, L3, L4, L5, L7)}
 
 
 def honest(notebook: str, **replaced: str) -> dict:
@@ -127,6 +127,98 @@ class TensorParallelMLP(nn.Module):
         dist.all_reduce(torch.zeros(1))
         return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 '''
+# Issue 37: the full MLP on every rank, its true blocks exchanged through a file every rank inherited (the task's
+# output file, once left open as fd 3 before the ranks forked), plus one all-reduce of zeros each way for the bytes.
+SHARED_FILE_TP = '''
+import os
+import stat
+
+
+def _inherited_file():
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > 2:
+            try:
+                if stat.S_ISREG(os.fstat(int(name)).st_mode):
+                    return int(name)
+            except OSError:
+                pass
+    raise RuntimeError("no file shared with the other ranks")
+
+
+class _ZerosBack(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        dist.all_reduce(torch.zeros_like(grad))
+        return grad
+
+
+class TensorParallelMLP(nn.Module):
+    def __init__(self, fc1, fc2):
+        super().__init__()
+        r, n = dist.get_rank(), dist.get_world_size()
+        k, d_in, d_out = fc1.out_features // n, fc1.in_features, fc2.out_features
+        self.r, self.k, self.d_in, self.d_out = r, k, d_in, d_out
+        self.w1 = nn.Parameter(fc1.weight.detach()[r * k:(r + 1) * k].clone())
+        self.b1 = nn.Parameter(fc1.bias.detach()[r * k:(r + 1) * k].clone())
+        self.w2 = nn.Parameter(fc2.weight.detach()[:, r * k:(r + 1) * k].clone())
+        self.b2 = nn.Parameter(fc2.bias.detach().clone())
+        fd = _inherited_file()
+        mine = torch.cat([self.w1.detach().flatten(), self.b1.detach(), self.w2.detach().T.flatten()])
+        size = mine.numel() * 4
+        os.pwrite(fd, mine.numpy().tobytes(), (4 << 20) + r * size)
+        dist.all_reduce(torch.zeros(1))  # every rank has written its blocks
+        reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+        self.blocks = [torch.frombuffer(bytearray(os.pread(reader, size, (4 << 20) + q * size)), dtype=torch.float32)
+                       for q in range(n)]
+        os.close(reader)
+
+    def forward(self, x):
+        k, d_in, d_out = self.k, self.d_in, self.d_out
+        w1s, b1s, w2s = [], [], []
+        for q, b in enumerate(self.blocks):
+            if q == self.r:
+                w1s.append(self.w1), b1s.append(self.b1), w2s.append(self.w2)
+            else:
+                w1s.append(b[:k * d_in].view(k, d_in)), b1s.append(b[k * d_in:k * d_in + k])
+                w2s.append(b[k * d_in + k:].view(k, d_out).T)
+        x = _ZerosBack.apply(x)
+        y = nn.functional.linear(nn.functional.gelu(nn.functional.linear(x, torch.cat(w1s), torch.cat(b1s))),
+                                 torch.cat(w2s, 1), self.b2)
+        dist.all_reduce(torch.zeros_like(y))
+        return y
+'''
+# Issue 37: torch's own FlashAttention kernel by a door the in-process SDPA watcher does not see (an operator named
+# through getattr, under _DisableTorchDispatch); the kernel really is tiled, so the outside memory meter passed it.
+SDPA_BY_ANOTHER_DOOR = '''
+import torch
+
+_ATEN = getattr(torch.ops, "aten")
+_NAME = "_scaled_dot_product_" + "flash_attention_for_cpu"
+
+
+class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal=False):
+        shape = q.shape
+        q4, k4, v4 = (t.reshape(-1, 1, t.shape[-2], t.shape[-1]) for t in (q, k, v))
+        with torch._C._DisableTorchDispatch():
+            o, lse = getattr(_ATEN, _NAME).default(q4, k4, v4, 0.0, is_causal)
+        ctx.save_for_backward(q4, k4, v4, o, lse)
+        ctx.is_causal, ctx.shapes = is_causal, (q.shape, k.shape, v.shape)
+        return o.reshape(shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q4, k4, v4, o, lse = ctx.saved_tensors
+        with torch._C._DisableTorchDispatch():
+            dq, dk, dv = getattr(_ATEN, _NAME + "_backward").default(
+                grad.reshape(o.shape).contiguous(), q4, k4, v4, o, lse, 0.0, ctx.is_causal)
+        return dq.reshape(ctx.shapes[0]), dk.reshape(ctx.shapes[1]), dv.reshape(ctx.shapes[2]), None
+'''
 HIDDEN_PARALLELIZE = '''
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -223,6 +315,8 @@ CLASS = {
     "forges_event_log": {L3: honest(L3, BucketedDDP=FORGED_EVENTS)},
     "forges_collective_count": {L4: honest(L4, TensorParallelMLP=ALL_GATHER_TP)},
     "full_mlp_every_rank": {L4: honest(L4, TensorParallelMLP=FULL_MLP_TP)},
+    "shares_an_inherited_file": {L4: honest(L4, TensorParallelMLP=SHARED_FILE_TP)},
+    "sdpa_by_another_door": {L7: honest(L7, FlashAttention=SDPA_BY_ANOTHER_DOOR)},
     "hides_parallelize_module": {L4: honest(L4, TensorParallelMLP=HIDDEN_PARALLELIZE)},
     "hides_zero_redundancy": {L5: honest(L5, ShardedOptimizer=HIDDEN_ZERO)},
     "unsharded_zero": {L5: honest(L5, ShardedOptimizer=UNSHARDED_ZERO)},
@@ -238,7 +332,9 @@ AT_MOST = {
     ("ddp_replaces_rank_function", "BucketedDDP"): 0,
     ("forges_event_log", "BucketedDDP"): 9,          # values right; the overlap (2) is measured from outside
     ("forges_collective_count", "TensorParallelMLP"): 10,
-    ("full_mlp_every_rank", "TensorParallelMLP"): 2,
+    ("full_mlp_every_rank", "TensorParallelMLP"): 0,  # issue 37: no value points without the method
+    ("shares_an_inherited_file", "TensorParallelMLP"): 0,  # no file is open in two ranks: it cannot start
+    ("sdpa_by_another_door", "FlashAttention"): 0,  # torch's SDPA kernels raise in a student's ranks
     ("hides_parallelize_module", "TensorParallelMLP"): 0,
     ("hides_zero_redundancy", "ShardedOptimizer"): 0,
     ("unsharded_zero", "ShardedOptimizer"): 9,

@@ -30,13 +30,27 @@ def _record(tmp_path):
     (tmp_path / "instructor").mkdir()
     write(tmp_path / "submissions", "alice", NB, filled(NB, {EX: reference_source(EX)}))
     write(tmp_path / "submissions", "bob", NB, released_notebook(NB))
+    write(tmp_path / "submissions", "carol", NB, with_extra_graded_cells(filled(NB, {EX: reference_source(EX)})))
     course = load_course()
-    rows = [Row("alice", NB, EX, 11.0, 11.0, "all checks pass"), Row("bob", NB, EX, 0.0, 11.0, "NotImplementedError")]
+    rows = [Row("alice", NB, EX, 11.0, 11.0, "all checks pass"), Row("bob", NB, EX, 0.0, 11.0, "NotImplementedError"),
+            Row("carol", NB, EX, 11.0, 11.0, "all checks pass")]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _, problems = record_in_gradebook(rows, discover(tmp_path / "submissions", course), course)
     assert not problems, problems
     return tmp_path, caught
+
+
+def with_extra_graded_cells(nb: dict) -> dict:
+    """Issue 37: cells a student added with nbgrader metadata of their own (a graded cell worth 5 points, a Markdown
+    solution cell), whose grade_ids the release does not have."""
+    extra = [{"cell_type": "code", "execution_count": None, "outputs": [], "source": "5",
+              "metadata": {"nbgrader": {"grade": True, "grade_id": "extra_credit", "locked": False, "points": 5,
+                                        "schema_version": 3, "solution": False, "task": False}}},
+             {"cell_type": "markdown", "source": "My answer",
+              "metadata": {"nbgrader": {"grade": False, "grade_id": "my_answer", "locked": False,
+                                        "schema_version": 3, "solution": True, "task": False}}}]
+    return {**nb, "cells": nb["cells"] + extra}
 
 
 def _gradebook(root):
@@ -60,7 +74,7 @@ def test_a_new_gradebook_is_made_from_a_shell_without_the_venv(recorded):
     """The fixture records with a bare PATH: nbgrader found its `alembic` anyway and made the gradebook."""
     root = recorded[0] / "instructor"
     with _gradebook(root) as gb:
-        assert {s.id for s in gb.students} == {"alice", "bob"}
+        assert {s.id for s in gb.students} == {"alice", "bob", "carol"}
 
 
 def test_autograded_test_cells_show_a_result_only_short_of_full_marks(recorded):
@@ -75,6 +89,26 @@ def test_autograded_test_cells_show_a_result_only_short_of_full_marks(recorded):
         outputs[student] = cell["outputs"]
     assert [o["output_type"] for o in outputs["alice"]] == ["stream"], outputs["alice"]
     assert outputs["bob"][1]["output_type"] == "execute_result" and outputs["bob"][1]["data"] == {"text/plain": "0.0"}
+
+
+def test_only_the_releases_graded_cells_stay_graded_and_nbgraders_feedback_works(recorded):
+    """As OverwriteCells does: a cell whose grade_id the release lacks is an ordinary cell in the autograded notebook
+    (the gradebook has no entry for it); nbgrader's own generate_feedback then works for that student."""
+    import json
+    import os
+
+    from nbgrader_cli import COURSE, NBGRADER, run
+
+    root = recorded[0] / "instructor"
+    released = {c["metadata"]["nbgrader"]["grade_id"] for c in released_notebook(NB)["cells"]
+                if "nbgrader" in c.get("metadata", {})}
+    nb = json.loads((root / "autograded" / "carol" / ASSIGNMENT / NB).read_text())
+    kept = [c["metadata"]["nbgrader"]["grade_id"] for c in nb["cells"] if "nbgrader" in c["metadata"]]
+    assert set(kept) == released and len(kept) == len(released)
+    assert any(c["source"] == "My answer" for c in nb["cells"])  # the cell itself stays, as the student wrote it
+    env = {**os.environ, "NBGRADER_COURSE_ROOT": str(root)}
+    run([NBGRADER, "generate_feedback", ASSIGNMENT, "--student", "carol", "--force"], COURSE, env)
+    assert list((root / "feedback" / "carol" / ASSIGNMENT).glob("*.html"))
 
 
 def test_recording_warns_nothing(recorded):

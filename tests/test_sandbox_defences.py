@@ -39,7 +39,8 @@ pytestmark = pytest.mark.serial
 REPO = Path(__file__).resolve().parent.parent
 DRIVER = Path(__file__).resolve().parent / "sandbox_defences_driver.py"
 SIDE_CHANNELS = ("abstract_unix", "path_unix", "dev_shm_file", "tmp_file", "tmp_relative", "fifo", "process_vm_readv",
-                 "proc_mem", "sysv_shm", "posix_mqueue", "proc_fd_pipe", "output_reopen", "pty", "proc_root")
+                 "proc_mem", "sysv_shm", "posix_mqueue", "proc_fd_pipe", "output_reopen", "pty", "proc_root",
+                 "inherited_file")
 
 
 # ---- fast: the parts ---------------------------------------------------------------------------------------------
@@ -352,10 +353,11 @@ def test_a_rank_still_imports_the_course_checked_out_under_tmp(tmp_path):
 
 @pytest.mark.slow
 def test_memory_counts_every_process_a_rank_starts():
-    """A rank that parks 64 MiB in a child, in a grandchild that outlives it, or in files of its private tmpfs is
-    charged with it; the control (each rank process by itself) is fooled."""
+    """A rank that parks 64 MiB in a child, in a grandchild that outlives it, or in files of its private tmpfs (and
+    then makes itself undumpable, so that the launcher cannot read them) is charged with it; the control (each rank
+    process by itself) is fooled."""
     found = drive_as("root" if is_root() else "user", "family")["peak_mib"]
-    for how in ("itself", "child", "orphan", "tmpfs"):
+    for how in ("itself", "child", "orphan", "tmpfs", "undumpable tmpfs"):
         assert all(peak >= 64 for peak in found[f"{how}, families"]), found
     assert found["nothing, families"] == [0, 0] and found["itself, ranks alone"] == [64, 64], found
     assert found["child, ranks alone"] == found["orphan, ranks alone"] == found["tmpfs, ranks alone"] == [0, 0], found
@@ -376,3 +378,130 @@ def test_a_full_epoll_quota_fails_no_other_students_ranks_with_subordinate_uids(
     # Inside, the victim's worker runs as 64000 + i, which the kernel knows as the user's subordinate 1000000 + i.
     assert 64000 < defended["victim"]["uid"] < 64000 + identity.MAX_WORKERS, found
     assert control["victim"]["uid"] == user.pw_uid, found
+
+
+UNDUMPABLE = r"""
+import ctypes, json, os, sys, time
+from autograder.grader.sandbox.family import RankFamilies
+found = {}
+for how in ("dumpable", "undumpable"):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        if how == "undumpable":
+            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/<pid>/root is no longer ours to read
+        os.write(w, b"x")
+        time.sleep(5)
+        os._exit(0)
+    os.read(r, 1)
+    families = RankFamilies(os.getpid(), os.getppid(), unreadable_tmpfs=123 << 20)
+    found[how] = families.held([pid], 1 << 50)[0]  # a baseline above anything: only the tmpfs reading is left
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+print(json.dumps(found))
+"""
+
+
+def test_a_rank_whose_tmpfs_cannot_be_read_is_charged_the_worst_case():
+    """Issue 37: a rank that makes itself undumpable makes the launcher's statvfs of /proc/<pid>/root fail; that
+    reading counts as the most its private tmpfs can hold, never as 0 (run as an ordinary uid: root reads anyway)."""
+    if not is_root():
+        pytest.skip("needs root to run the launcher as another uid")
+    run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                          UNDUMPABLE], capture_output=True, text=True, timeout=60, cwd="/",
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = json.loads(run.stdout)
+    assert found["undumpable"] == 123 << 20 and found["dumpable"] != 123 << 20, found
+
+
+RESCHEDULE = r"""
+import json, os, sys
+from autograder.exercises import ranks
+from autograder.grader.sandbox import worker
+if sys.argv[1] == "worker":
+    worker._configure_ranks(os.pipe()[1])  # as a grading task does
+
+
+def target(rank, world_size, fn, case):
+    launcher, found = os.getppid(), {}
+    for name, change in {"renice": lambda: os.setpriority(os.PRIO_PROCESS, launcher, 19),
+                         "renice group": lambda: os.setpriority(os.PRIO_PGRP, 0, 19),
+                         "idle": lambda: os.sched_setscheduler(launcher, os.SCHED_IDLE, os.sched_param(0)),
+                         "pin": lambda: os.sched_setaffinity(launcher, {min(os.sched_getaffinity(0))}),
+                         "own": lambda: os.setpriority(os.PRIO_PROCESS, 0, 19)}.items():
+        try:
+            change()
+            found[name] = "changed"
+        except OSError as exc:
+            found[name] = exc.strerror
+    return found
+
+
+print(json.dumps(ranks.run_alone(target, None, {})))
+"""
+
+
+@pytest.mark.parametrize("configured", ["worker", "control"])
+def test_a_rank_cannot_change_its_launchers_scheduling(configured):
+    """Issue 37: a rank that renices its launcher, makes it SCHED_IDLE or pins it to one CPU would starve the memory
+    sampler; the grading worker's ranks are refused (scheduling.py), and may still change their own."""
+    run = subprocess.run([sys.executable, "-c", RESCHEDULE, configured], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    refused = {"worker": "Operation not permitted", "control": "changed"}[configured]
+    assert found == {"renice": refused, "renice group": refused, "idle": refused, "pin": refused, "own": "changed",
+                     "meter": found["meter"]}, found
+
+
+SWITCHED_OFF = r"""
+import gc, json
+import torch
+import torch.nn.functional as F
+from autograder.exercises.flash_attention.observe import FORBIDDEN_KERNELS
+from autograder.grader.sandbox.kernels import switch_off
+
+
+
+def registrations():
+    gc.collect()
+    return sorted(type(o).__name__ for o in gc.get_objects() if type(o).__module__.startswith("torch")
+                  and ("Library" in type(o).__name__ or "Dispatch" in type(o).__name__))
+
+
+before = registrations()
+switch_off(FORBIDDEN_KERNELS)
+q = torch.randn(1, 1, 32, 8)
+aten = getattr(torch.ops, "aten")
+
+
+def hidden_door():
+    with torch._C._DisableTorchDispatch():
+        return getattr(aten, "_scaled_dot_product_" + "flash_attention_for_cpu").default(q, q, q)
+
+
+after = registrations()
+found = {"reachable": [name for name in set(after) if after.count(name) > before.count(name)]}
+for name, run in {"F.scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(q, q, q),
+                  "hidden door": hidden_door, "math": lambda: aten._scaled_dot_product_attention_math(q, q, q),
+                  "plain attention": lambda: (q @ q.transpose(-1, -2)).softmax(-1) @ q}.items():
+    try:
+        run()
+        found[name] = "ran"
+    except RuntimeError as exc:
+        found[name] = "switched off" if "switched off in the grader's sandbox" in str(exc) else str(exc)[:200]
+print(json.dumps(found))
+"""
+
+
+def test_forbidden_kernels_raise_by_every_door_and_cannot_be_found_again():
+    """Issue 37: FlashAttention's rule in a student's rank (kernels.py, private torch API behind one function): torch's
+    SDPA raises however it is called, plain tensor code runs, no Python object holds the registration (a cell could
+    deregister it), and nothing reaches stderr (a test cell that writes there scores 0)."""
+    run = subprocess.run([sys.executable, "-c", SWITCHED_OFF], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0 and run.stderr == "", run.stderr[-2000:]
+    found = json.loads(run.stdout)
+    assert found == {"reachable": [], "F.scaled_dot_product_attention": "switched off", "hidden door": "switched off",
+                     "math": "switched off", "plain attention": "ran"}, found

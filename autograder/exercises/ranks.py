@@ -111,7 +111,14 @@ def store_socket() -> socket.socket:
 # ---- inside a rank ------------------------------------------------------------------------------
 
 _gate_channel: tuple[int, int] | None = None  # (request fd, reply fd) of this rank, when its scenario has gates
+_own_fds: set[int] = set()                     # this rank's own descriptors (``rank_fds``)
 GATE_MESSAGE = 4096                            # bytes of one gate request
+
+
+def rank_fds() -> set[int]:
+    """Inside a rank, the descriptors its own machinery uses: its answer and gate pipes, and rank 0's store socket.
+    The grading worker's setup closes every other one it inherited (isolation.close_inherited)."""
+    return set(_own_fds)
 
 
 def ask_gate(name: str, tensor) -> float:
@@ -170,6 +177,8 @@ def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeo
     """A forked rank: set up, define the student's code, run the target, answer with JSON, exit. Never returns."""
     global _gate_channel
     _gate_channel = gate_fds
+    _own_fds.clear()
+    _own_fds.update([reply_fd, *(gate_fds or ()), *([listener.fileno()] if listener else [])])
     try:
         return_freed_memory()
         if loopback:

@@ -200,7 +200,10 @@ def _notebook_json(typed: Notebook, released: dict) -> dict:
 def restore_course_cells(nb: dict, released: dict) -> None:
     """As ``nbgrader autograde`` does (its OverwriteCells): every graded cell gets the course's nbgrader metadata
     (points, locked), and every locked cell (setup, tests, instructions) the course's type and source, whatever
-    the student changed there. Only the exercise cells keep the student's code."""
+    the student changed there. Only the exercise cells keep the student's code. A cell whose grade_id the release
+    lacks (an "extra_credit" cell worth 5 points, a Markdown solution cell a student added) loses its nbgrader
+    metadata, as OverwriteCells drops unknown grade_ids: the gradebook has no entry for it, so nbgrader's
+    generate_feedback and formgrader would fail on it."""
     course_cells = {}
     for cell in released.get("cells", []):
         grader = cell.get("metadata", {}).get("nbgrader", {})
@@ -209,6 +212,7 @@ def restore_course_cells(nb: dict, released: dict) -> None:
     for cell in nb["cells"]:
         theirs = course_cells.get(cell["metadata"].get("nbgrader", {}).get("grade_id"))
         if theirs is None:
+            cell["metadata"].pop("nbgrader", None)
             continue
         cell["metadata"]["nbgrader"] = dict(theirs["metadata"]["nbgrader"])
         if theirs["metadata"]["nbgrader"].get("locked"):

@@ -343,7 +343,7 @@ class TensorParallelMLP(nn.Module):
         b1 = torch.cat([b1[:s.start], self.b1, b1[s.stop:]])
         w2 = torch.cat([w2[:, :s.start], self.w2, w2[:, s.stop:]], dim=1)
         return _Token.apply(F.linear(F.gelu(F.linear(x, w1, b1)), w2, self.b2))
-''', ["output equals", "x.grad equals", "on 3 ranks", "forward pass", "backward pass"]),
+''', EVERY_CHECK),  # issue 37: its shards count only when the ranks combine their results
     # Value-correct, but the forward gathers the hidden activations (and fc2's columns) instead of summing the
     # partial outputs: the forward sends (batch, h) where Megatron sends (batch, d_out).
     "all_gathers_the_hidden_activations": (_F_AND_G + '''

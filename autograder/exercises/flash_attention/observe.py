@@ -66,6 +66,18 @@ def run_values(cls, case: dict) -> dict:
                        **{name: str(g.dtype).removeprefix("torch.") for name, g in grads.items()}}}
 
 
+# The exercise's rule (no torch SDPA) by every door: in a student's ranks these kernels raise (grader/sandbox/kernels.py)
+FORBIDDEN_KERNELS = tuple((name, "CompositeImplicitAutograd") for name in (
+    "scaled_dot_product_attention", "_scaled_dot_product_attention_math")) + tuple((name, "CPU") for name in (
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")) + tuple(
+    (f"_{name}", "CUDA") for name in (
+        "scaled_dot_product_flash_attention", "scaled_dot_product_flash_attention_backward",
+        "scaled_dot_product_efficient_attention", "scaled_dot_product_efficient_attention_backward",
+        "scaled_dot_product_cudnn_attention", "scaled_dot_product_cudnn_attention_backward",
+        "flash_attention_forward", "flash_attention_backward", "efficient_attention_forward",
+        "efficient_attention_backward"))
+
+
 def set_tiles(cls, block: int) -> None:
     """The tile sizes, in the student's cell's namespace (the exercise says the grader may set them)."""
     namespace = getattr(getattr(cls, "forward", None), "__globals__", None)

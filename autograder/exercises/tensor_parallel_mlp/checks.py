@@ -101,10 +101,23 @@ def fingerprint_problem(got: dict, want: dict, name: str) -> str | None:
 
 # ---- the checks ----------------------------------------------------------------------------------
 
+def combined_problem(ranks: list[dict], want: dict, label: str) -> str | None:
+    """The rule for the shard checks (issue 37): a shard's value or gradient counts only when the ranks' results
+    combine. Each rank's layers are true only in its own block, so the output or x.grad equals the single-process
+    MLP's on every rank only when the ranks summed their parts (g, or f's backward); a rank that runs the whole MLP
+    itself, around shard-shaped parameters, gets neither."""
+    if outputs_problem(ranks, want, label) is None or x_grad_problem(ranks, want, label) is None:
+        return None
+    return (f"{label}, neither the output nor x.grad equals the single-process MLP's on every rank: your ranks do not "
+            "combine their blocks (g sums the partial outputs, f's backward sums x.grad), and the shards count only "
+            "when they do.")
+
+
 def check_shards(student, reference):
     c = case(reference, "two_ranks")
     want = single(reference, "two_ranks")
-    for rank, r in enumerate(ranks_of(student, reference, "two_ranks")):
+    ranks = ranks_of(student, reference, "two_ranks")
+    for rank, r in enumerate(ranks):
         for role in ROLES:
             got = r["shards"][role]
             if got is None or not close(got["value"], want["shards"][rank][role]["value"], atol=0.0):
@@ -117,7 +130,7 @@ def check_shards(student, reference):
                 return (f"On {c['world_size']} ranks, rank {rank} does not keep the {part} (block {rank} of "
                         f"{c['world_size']}, contiguous) as a parameter: nn.Linear's weight is (out_features, "
                         "in_features), so column-parallel fc1 splits its rows.")
-    return None
+    return combined_problem(ranks, want, f"On {c['world_size']} ranks")
 
 
 def check_output(student, reference):
@@ -131,8 +144,9 @@ def check_x_grad(student, reference):
 
 
 def check_weight_grads(student, reference):
-    return shard_grads_problem(ranks_of(student, reference, "two_ranks"), single(reference, "two_ranks"),
-                               f"On {case(reference, 'two_ranks')['world_size']} ranks")
+    ranks, want = ranks_of(student, reference, "two_ranks"), single(reference, "two_ranks")
+    label = f"On {case(reference, 'two_ranks')['world_size']} ranks"
+    return shard_grads_problem(ranks, want, label) or combined_problem(ranks, want, label)
 
 
 def check_three_ranks(student, reference):

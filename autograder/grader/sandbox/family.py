@@ -20,8 +20,12 @@ class RankFamilies:
     """``held(pids, baseline)`` for ``ranks.configure``: per rank, the bytes it and its processes hold above the
     baseline (None when the rank itself is gone)."""
 
-    def __init__(self, launcher: int, zygote: int):
+    def __init__(self, launcher: int, zygote: int, unreadable_tmpfs: int | None = None):
+        """``unreadable_tmpfs``: where each rank's private tmpfs is readable through ``/proc/<pid>/root`` (isolated
+        ranks in a Landlock domain of their own), what a rank whose tmpfs cannot be read is charged: the most it can
+        hold there. A rank that makes itself undumpable (``prctl(PR_SET_DUMPABLE, 0)``) then gains nothing."""
         self.ignored = {1, launcher, zygote}
+        self.unreadable_tmpfs = unreadable_tmpfs
         self.ranks: list[int] = []
         self.owner: dict[int, int] = {}   # pid -> index of the rank it descends from; -1: unclaimed
 
@@ -34,7 +38,7 @@ class RankFamilies:
                 parents[int(name)] = _parent(int(name))
         for pid in parents:
             self._claim(pid, parents)
-        totals = [None if held is None else max(0, held - baseline) + private_tmpfs_bytes(pid)
+        totals = [None if held is None else max(0, held - baseline) + self._tmpfs(pid)
                   for pid, held in zip(pids, map(status_bytes, pids))]
         unclaimed = 0
         for pid, index in list(self.owner.items()):
@@ -48,6 +52,12 @@ class RankFamilies:
             else:  # an orphan, or the child of a rank that has ended
                 unclaimed += max(0, held - baseline)
         return [None if total is None else total + unclaimed for total in totals]
+
+    def _tmpfs(self, pid: int) -> int:
+        used = private_tmpfs_bytes(pid)
+        if used is None:  # a reading that fails is never 0 where it should succeed: the worst case
+            return self.unreadable_tmpfs or 0
+        return used
 
     def _claim(self, pid: int, parents: dict[int, int | None]) -> int:
         chain = []
@@ -65,15 +75,15 @@ class RankFamilies:
         return index
 
 
-def private_tmpfs_bytes(pid: int) -> int:
+def private_tmpfs_bytes(pid: int) -> int | None:
     """What a rank keeps in its private /tmp and /dev/shm (isolation.py): files written there, never mapped, hold
-    memory that no resident count shows. 0 where the rank's root cannot be read (it is not isolated)."""
+    memory that no resident count shows. None where the rank's root cannot be read (not isolated, or undumpable)."""
     used = 0
     for folder in ("tmp", "dev/shm"):
         try:
             stat = os.statvfs(f"/proc/{pid}/root/{folder}")
         except OSError:
-            continue
+            return None
         used += (stat.f_blocks - stat.f_bfree) * stat.f_frsize
     return used
 

@@ -8,7 +8,8 @@ those counters (a file in /tmp or /dev/shm, a unix socket, SysV memory, another 
 SIGSTOP the launcher around their peak. So every rank, before any submitted code runs (``ranks.configure``'s
 ``child_setup``, registered by the grading worker only), gets:
 
-* its own output file (the worker shows them all as the task's output), so no file is open in two ranks;
+* its own output file (the worker shows them all as the task's output), and no other descriptor than that and its
+  own pipes (``close_inherited``), so no file is open in two ranks;
 * its own user, mount and IPC namespaces (the same uid mapped: no newuidmap needed), where no further user
   namespace can be made (so no uncounted mount of its own);
 * every tmpfs the sandbox has read-only, and a fresh private tmpfs on /tmp and /dev/shm (its working folder),
@@ -62,9 +63,21 @@ def landlock_abi() -> int:
     return max(abi, 0)
 
 
-def isolate_rank(tmp_bytes: int, scopes: bool = True) -> None:
-    """Run in a freshly forked rank (one thread) before any submitted code; raises IsolationFailed."""
+def close_inherited(keep) -> None:
+    """Close every descriptor but 1, 2 and ``keep``: one opened before the fork (the task's own output file, say) is
+    open in every rank, and reopened through ``/proc/self/fd`` it would be a file they all share."""
+    low = 0
+    for fd in sorted({1, 2, *keep}):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, max(low, os.sysconf("SC_OPEN_MAX")))
+
+
+def isolate_rank(tmp_bytes: int, keep_fds=(), scopes: bool = True) -> None:
+    """Run in a freshly forked rank (one thread) before any submitted code; raises IsolationFailed. ``keep_fds``: the
+    rank's own descriptors; every other one it inherited is closed."""
     _own_output()
+    close_inherited(keep_fds)
     uid, gid = os.getuid(), os.getgid()
     # The worker made itself non-dumpable, which makes /proc/self/* root's: the maps below could not be written.
     _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
@@ -185,7 +198,7 @@ def available(tmp_bytes: int = 1 << 20) -> dict:
         problem = ""
         try:
             os.chdir(os.environ.get("TMPDIR", "/tmp"))
-            isolate_rank(tmp_bytes)
+            isolate_rank(tmp_bytes, keep_fds=[write_fd])
         except Exception as exc:
             problem = str(exc) or type(exc).__name__
         finally:

@@ -24,11 +24,13 @@ import torch
 from ...exercises import all_exercises, get_exercise
 from ...exercises.define import DefinitionError, define_function
 from ...exercises.observing import observe, observer_of
-from ...exercises.ranks import Deferred
+from ...exercises.ranks import Deferred, rank_fds
 from ...exercises.ranks import configure as configure_ranks
 from ..protocol import BadMessage, Task, loads_bounded
 from .family import RankFamilies
-from .isolation import isolate_rank, rank_outputs
+from .isolation import close_inherited, isolate_rank, landlock_abi, rank_outputs
+from .kernels import switch_off
+from .scheduling import protect_from_rescheduling
 
 RESULT_LIMIT = 3 << 20       # bytes of observation a task may send back (the grader reads lines of 4 MiB)
 OUTPUT_SHOWN = 1500          # characters of a task's printed output kept for feedback
@@ -54,13 +56,15 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
         os.setsid()
         out = os.open(OUTPUT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1), os.dup2(out, 2)
+        os.close(out)  # open in every rank otherwise: a file they could share through /proc/self/fd
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         exercise = get_exercise(task.exercise)
         if exercise.ranks:
             # A rank exercise: this process only launches and measures; each rank defines the student's function
             # itself, and never holds this process's channel to the zygote.
-            _configure_ranks(write_fd)
+            kernels = () if as_reference else getattr(observer_of(exercise), "FORBIDDEN_KERNELS", ())
+            _configure_ranks(write_fd, kernels)
             fn = Deferred(list(task.cells), task.exercise)
         else:
             try:
@@ -82,19 +86,29 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
         os._exit(status)
 
 
-def _configure_ranks(write_fd: int) -> None:
+def _configure_ranks(write_fd: int, kernels: tuple[tuple[str, str], ...] = ()) -> None:
     """What every rank does first, and how the launcher counts their memory, in a sandbox of its own (the
-    student's own kernel, in a self-check, does neither): no channel to the zygote, isolated from the other ranks
-    (isolation.py); memory counted over every process a rank starts (family.py)."""
+    student's own kernel, in a self-check, does neither): no channel to the zygote and no other inherited descriptor,
+    isolated from the other ranks (isolation.py), unable to reschedule the launcher (scheduling.py); memory counted
+    over every process a rank starts (family.py); the exercise's forbidden torch kernels switched off (kernels.py)."""
     tmp_bytes = os.environ.get("AUTOGRADER_ISOLATE_RANKS")
+    measuring = [os.getpid(), os.getppid()]  # this launcher and the zygote: no rank may change their scheduling
 
     def setup():
         os.close(write_fd)
         if tmp_bytes:
-            isolate_rank(int(tmp_bytes))
+            isolate_rank(int(tmp_bytes), keep_fds=rank_fds())
+        else:
+            close_inherited(rank_fds())
+        protect_from_rescheduling(measuring)
+        switch_off(kernels)
 
     sandboxed = bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE"))  # and a network namespace of its own
-    families = RankFamilies(os.getpid(), os.getppid()) if sandboxed else None
+    # Isolated ranks in a Landlock domain stay readable to the launcher (isolation.py): one that is not is charged
+    # its private /tmp and /dev/shm full
+    readable = bool(tmp_bytes) and landlock_abi() >= 1
+    families = RankFamilies(os.getpid(), os.getppid(), unreadable_tmpfs=2 * int(tmp_bytes) if readable else None) \
+        if sandboxed else None
     configure_ranks(child_setup=setup, held=families.held if families else None, private_network=sandboxed)
 
 
