@@ -9,6 +9,7 @@ Why fork: a notebook's functions live in ``__main__``, which ``spawn`` cannot pi
 Why ``torch.set_num_threads(1)`` in every child: a forked child hangs in its first parallel
 op when the parent (a Jupyter kernel, say) already started torch's OpenMP pool.
 """
+import contextlib
 import datetime
 import gc
 import os
@@ -91,11 +92,14 @@ def _run_rank(rank, world_size, listener, backend, timeout_s, fn, args, result_p
             listener.close()
             store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+        order = contextlib.nullcontext()
         if strict and backend == "gloo":
             from coursekit.gpu_semantics import nccl_p2p_order
 
-            nccl_p2p_order()
-        result_pipe.send(("ok", fn(rank, world_size, *args)))
+            order = nccl_p2p_order()
+        with order:
+            result = fn(rank, world_size, *args)
+        result_pipe.send(("ok", result))
     except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
         result_pipe.send(("error", "".join(traceback.format_exception(exc))))
     finally:

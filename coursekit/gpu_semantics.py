@@ -6,6 +6,9 @@ process group exists, makes every send's ``wait()`` (``dist.send`` waits at once
 on) return only once the peer has posted the matching receive, whatever the size, and raises ``WouldHangUnderNCCL``
 when the ranks wait for each other in a cycle of sends: the hang, named, instead of a launch timeout.
 """
+import contextlib
+import datetime
+import os
 import time
 
 import torch.distributed as dist
@@ -18,11 +21,12 @@ class WouldHangUnderNCCL(RuntimeError):
     """Blocking sends that wait for each other in a cycle, none of their receives posted."""
 
 
-def default_store():
-    """The default process group's key-value store (a private torch API, kept behind this one function)."""
-    from torch.distributed import distributed_c10d
-
-    return distributed_c10d._get_default_store()
+def own_store() -> dist.Store:
+    """A connection of this rank's own to the launch's store (``MASTER_ADDR``/``MASTER_PORT``, which both launchers
+    set), under a prefix: the process group's own connection stays the group's."""
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=datetime.timedelta(seconds=60))
+    return dist.PrefixStore("gpu_semantics/", store)
 
 
 class _SendWork:
@@ -62,8 +66,8 @@ class _P2POrder:
         try:
             while self._received(self.rank, dst) < number:
                 cycle = self._cycle()
-                if cycle:
-                    hops = ", ".join(f"rank {a} in a send to rank {b}" for a, b in cycle)
+                if cycle and self._cycle() == cycle:  # the same waits read twice: all stuck at once in between
+                    hops = ", ".join(f"rank {a} in a send to rank {b}" for a, b, _ in cycle)
                     raise WouldHangUnderNCCL(
                         f"{NCCL_HANG}: the ranks wait for each other ({hops}) and none has posted its receive: under "
                         "NCCL a (large) send completes only when its receive runs. Post the send and the receive together "
@@ -74,23 +78,27 @@ class _P2POrder:
         finally:
             self.store.set(f"p2p/blocked/{self.rank}", "")
 
-    def _cycle(self) -> list[tuple[int, int]] | None:
-        """The ranks blocked in sends whose receives are not posted, if they lead back to this rank."""
+    def _cycle(self) -> list[tuple[int, int, int]] | None:
+        """The ranks blocked in sends whose receives are not posted, if they lead back to this rank: (rank, peer,
+        send number) each. One read is no snapshot (a rank may move on while the next is read); a rank's
+        (peer, number) never repeats, so the same cycle read twice was stuck as a whole between the two reads."""
         edges, rank, seen = [], self.rank, set()
         while rank not in seen:
             seen.add(rank)
             blocked = self._blocked_on(rank)
             if blocked is None or self._received(rank, blocked[0]) >= blocked[1]:
                 return None  # that rank is not stuck (or no longer)
-            edges.append((rank, blocked[0]))
+            edges.append((rank, *blocked))
             rank = blocked[0]
         return edges if rank == self.rank else None
 
 
-def nccl_p2p_order() -> None:
-    """In a rank, after ``init_process_group``: sends wait for their matching receives from now on (see above).
-    Ranks of the default group only (a subgroup's ranks are numbered otherwise)."""
-    order = _P2POrder(default_store(), dist.get_rank())
+@contextlib.contextmanager
+def nccl_p2p_order(linger_s: float = 5.0):
+    """In a rank, after ``init_process_group``: sends wait for their matching receives inside the block (see above).
+    Ranks of the default group only (a subgroup's ranks are numbered otherwise). The store lives in rank 0's
+    process, so rank 0 leaves the block only when every rank has (or after ``linger_s``, if one failed)."""
+    order = _P2POrder(own_store(), dist.get_rank())
     send, recv = dist.ProcessGroup.send, dist.ProcessGroup.recv
 
     def ordered_send(group, tensors, dst, *args, **kwargs):
@@ -98,8 +106,16 @@ def nccl_p2p_order() -> None:
         return _SendWork(send(group, tensors, dst, *args, **kwargs), order, int(dst), number)
 
     def announced_recv(group, tensors, src, *args, **kwargs):
-        work = recv(group, tensors, src, *args, **kwargs)
-        order.store.add(f"p2p/recv/{int(src)}->{order.rank}", 1)
-        return work
+        order.store.add(f"p2p/recv/{int(src)}->{order.rank}", 1)  # before: posting may already wait for the data
+        return recv(group, tensors, src, *args, **kwargs)
 
     dist.ProcessGroup.send, dist.ProcessGroup.recv = ordered_send, announced_recv
+    try:
+        yield
+    finally:
+        dist.ProcessGroup.send, dist.ProcessGroup.recv = send, recv
+        order.store.add("p2p/done", 1)
+        deadline = time.monotonic() + linger_s
+        while order.rank == 0 and order.store.add("p2p/done", 0) < dist.get_world_size() and \
+                time.monotonic() < deadline:
+            time.sleep(POLL_S)

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 import coursekit.dist
 from coursekit.dist import RankFailed, launch
-from coursekit.gpu_semantics import NCCL_HANG, default_store
+from coursekit.gpu_semantics import NCCL_HANG, own_store
 from coursekit.multidim import SentBytes, bytes_sent, record_kind
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,12 +67,12 @@ def test_the_orders_that_work_under_nccl_run_in_strict_mode(order, world_size):
 
 
 def _store_key(rank, world_size):
-    default_store().set(f"from {rank}", "x")
+    own_store().set(f"from {rank}", "x")
     dist.barrier()
-    return default_store().get(f"from {1 - rank}").decode()
+    return own_store().get(f"from {1 - rank}").decode()
 
 
-def test_the_default_store_is_reachable_through_one_function():
+def test_a_rank_reaches_the_launch_store_on_a_connection_of_its_own():
     assert launch(_store_key, 2, backend="gloo", timeout=30) == ["x", "x"]
 
 

@@ -76,9 +76,9 @@ def ring_rank(rank: int, world_size: int, fn, case: dict) -> dict:
     if not case["measure_memory"]:  # the memory scenario hands over its only copies: the launcher measures it
         q, k, v = q.clone(), k.clone(), v.clone()
     want = tuple(q.shape)
-    nccl_p2p_order()  # a send waits for its receive, as under NCCL: a blocking send-then-receive ring is told so
     log = P2PLog(gates=case["measure_memory"])
-    with profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
+    # nccl_p2p_order: a send waits for its receive, as under NCCL (a blocking send-then-receive ring is told so)
+    with nccl_p2p_order(), profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
         out = student_call(fn, q, k, v, is_causal=case["is_causal"])
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
