@@ -253,8 +253,8 @@ MISTAKES = [
             "Use isend/irecv (or batch_isend_irecv), or let even and odd ranks send first in turn.",
             deadlocks_on_three_ranks),
     Mistake("blocking_send_then_recv", "Every rank sends its K/V with a blocking send before it receives.",
-            "A send of a large message completes only when the peer's receive runs (NCCL; gloo here too), so a ring "
-            "of ranks that all send first waits forever; with small chunks NCCL may buffer it and hang only at scale.",
+            "A large send completes only when the peer's receive runs (NCCL, and gloo here), so a ring of ranks that "
+            "all send first waits forever; NCCL may buffer small chunks and hang only at scale.",
             "Post the send and the receive together with dist.batch_isend_irecv (or isend/irecv, then wait), or let "
             "even ranks send first and odd ranks receive first.", blocking_send_then_recv),
 ]
