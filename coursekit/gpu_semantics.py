@@ -100,6 +100,7 @@ def nccl_p2p_order(linger_s: float = 5.0):
     process, so rank 0 leaves the block only when every rank has (or after ``linger_s``, if one failed)."""
     order = _P2POrder(own_store(), dist.get_rank())
     send, recv = dist.ProcessGroup.send, dist.ProcessGroup.recv
+    saved = vars(dist.ProcessGroup)["send"], vars(dist.ProcessGroup)["recv"]  # descriptors, restored as they were
 
     def ordered_send(group, tensors, dst, *args, **kwargs):
         order.sent[dst] = number = order.sent.get(dst, 0) + 1
@@ -113,7 +114,7 @@ def nccl_p2p_order(linger_s: float = 5.0):
     try:
         yield
     finally:
-        dist.ProcessGroup.send, dist.ProcessGroup.recv = send, recv
+        dist.ProcessGroup.send, dist.ProcessGroup.recv = saved
         order.store.add("p2p/done", 1)
         deadline = time.monotonic() + linger_s
         while order.rank == 0 and order.store.add("p2p/done", 0) < dist.get_world_size() and \

@@ -73,8 +73,9 @@ class SentBytes:
     def __enter__(self):
         import torch.distributed as dist
 
-        self._saved = dist.ProcessGroup.send, dist.ProcessGroup.all_to_all_single
-        send, alltoall = self._saved
+        # the class's own entries (pybind's method descriptors): read through the class they lose their binding
+        self._saved = vars(dist.ProcessGroup)["send"], vars(dist.ProcessGroup)["all_to_all_single"]
+        send, alltoall = dist.ProcessGroup.send, dist.ProcessGroup.all_to_all_single
 
         def counted_send(group, tensors, dst, *args, **kwargs):
             self.bytes += sum(t.numel() * t.element_size() for t in tensors)

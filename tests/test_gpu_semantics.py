@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 import coursekit.dist
 from coursekit.dist import RankFailed, launch
-from coursekit.gpu_semantics import NCCL_HANG, own_store
+from coursekit.gpu_semantics import NCCL_HANG, nccl_p2p_order, own_store
 from coursekit.multidim import SentBytes, bytes_sent, record_kind
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,6 +66,16 @@ def test_the_orders_that_work_under_nccl_run_in_strict_mode(order, world_size):
     assert got == [float((r + 1) % world_size) for r in range(world_size)]  # each rank holds its right neighbour's
 
 
+def _ring_then_plain_sends(rank, world_size):
+    with nccl_p2p_order():
+        _ring(rank, world_size, "batch_isend_irecv")
+    return _ring(rank, world_size, "even ranks send first")  # after the block: the process group's own methods
+
+
+def test_sends_work_as_before_after_the_strict_block():
+    assert launch(_ring_then_plain_sends, 2, backend="gloo", timeout=30) == [1.0, 0.0]
+
+
 def _store_key(rank, world_size):
     own_store().set(f"from {rank}", "x")
     dist.barrier()
@@ -104,6 +114,10 @@ def _sent_by_a_batched_ring(rank, world_size):
         [w.wait() for w in works]
         dist.all_to_all_single(torch.empty(8, 4), torch.ones(8, 4))
         dist.all_reduce(torch.ones(100))  # not counted
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, held, (rank + 1) % world_size),  # the methods restored
+                                    dist.P2POp(dist.irecv, arriving, (rank - 1) % world_size)])
+    [w.wait() for w in works]
+    dist.all_to_all_single(torch.empty(8, 4), torch.ones(8, 4))
     return sent.bytes
 
 
