@@ -9,6 +9,7 @@ Why fork: a notebook's functions live in ``__main__``, which ``spawn`` cannot pi
 Why ``torch.set_num_threads(1)`` in every child: a forked child hangs in its first parallel
 op when the parent (a Jupyter kernel, say) already started torch's OpenMP pool.
 """
+import contextlib
 import datetime
 import gc
 import os
@@ -77,7 +78,7 @@ def store_socket() -> socket.socket:
     return listener
 
 
-def _run_rank(rank, world_size, listener, backend, timeout_s, fn, args, result_pipe):
+def _run_rank(rank, world_size, listener, backend, timeout_s, fn, args, result_pipe, strict=False):
     torch.set_num_threads(1)
     port, timeout = listener.getsockname()[1], datetime.timedelta(seconds=timeout_s)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
@@ -91,7 +92,14 @@ def _run_rank(rank, world_size, listener, backend, timeout_s, fn, args, result_p
             listener.close()
             store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
-        result_pipe.send(("ok", fn(rank, world_size, *args)))
+        order = contextlib.nullcontext()
+        if strict and backend == "gloo":
+            from coursekit.gpu_semantics import nccl_p2p_order
+
+            order = nccl_p2p_order()
+        with order:
+            result = fn(rank, world_size, *args)
+        result_pipe.send(("ok", result))
     except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
         result_pipe.send(("error", "".join(traceback.format_exception(exc))))
     finally:
@@ -100,8 +108,12 @@ def _run_rank(rank, world_size, listener, backend, timeout_s, fn, args, result_p
         result_pipe.close()
 
 
-def launch(fn, world_size: int = 2, *args, backend: str | None = None, timeout: float = 60.0) -> list:
+def launch(fn, world_size: int = 2, *args, backend: str | None = None, timeout: float = 60.0,
+           strict: bool = False) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` forked ranks; return their results.
+
+    ``strict``: gloo ranks get NCCL's point-to-point order (``coursekit.gpu_semantics``): a ring that would hang on
+    GPUs raises instead of running.
 
     Raises ``RankFailed`` with the first failing rank's traceback, or ``RanksTimedOut`` when
     ranks are still running after ``timeout`` seconds. Either way no process is left behind.
@@ -117,7 +129,7 @@ def launch(fn, world_size: int = 2, *args, backend: str | None = None, timeout: 
     for rank in range(world_size):
         receive, send = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=_run_rank, name=f"rank{rank}",
-                           args=(rank, world_size, listener, backend, timeout, fn, args, send))
+                           args=(rank, world_size, listener, backend, timeout, fn, args, send, strict))
         proc.start()
         send.close()
         procs.append(proc)

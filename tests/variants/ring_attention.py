@@ -266,6 +266,13 @@ def ring_attention(q, k, v, is_causal=False):
             dist.recv(torch.zeros(1), src=0)  # a message rank 0 never sends
         source = (rank - step) % n'''), ["3 ranks:", "3 and 4 ranks",
                                                                                      "travel the ring"]),
+    # Every rank waits in its blocking send: it would hang under NCCL (coursekit.gpu_semantics says so at once).
+    "blocking_send_then_recv": (_ring().replace(
+        """works = dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, (rank + 1) % n),
+                                            dist.P2POp(dist.irecv, incoming, (rank - 1) % n)])""",
+        """dist.send(kv, (rank + 1) % n)
+            dist.recv(incoming, (rank - 1) % n)
+            works = []"""), EVERY_CHECK),
     # Receives K alone while its neighbour sends K and V stacked: gloo aborts the receiving process (SIGABRT).
     "receives_half_the_message": (_ring().replace("incoming = torch.empty_like(kv)", "incoming = torch.empty_like(k)")
                                   .replace("kv = incoming", "kv = torch.stack([incoming, incoming])"), EVERY_CHECK),

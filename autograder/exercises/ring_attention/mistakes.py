@@ -12,6 +12,8 @@ import math
 from ..diagnosis import EVERY, Mistake, error_of, ran, raw_scenario
 from ..reading import ABORTED, DEADLOCK, close
 
+NCCL_HANG = "would hang under NCCL"  # coursekit.gpu_semantics's words (this module stays free of torch)
+
 ATOL = 1e-4
 
 
@@ -187,6 +189,13 @@ def receives_half_the_message(student, reference):
     return None
 
 
+def blocking_send_then_recv(student, reference):
+    if NCCL_HANG in error_of(student, "two_ranks"):
+        return ("on 2 ranks every rank waited in a blocking send for a receive its peer had not posted yet: under NCCL "
+                "(large chunks) and on gloo this ring hangs")
+    return None
+
+
 def deadlocks_on_three_ranks(student, reference):
     if error_of(student, "three_ranks") == DEADLOCK and not error_of(student, "two_ranks"):
         return "on 2 ranks it ran; on 3 ranks a rank waited for a message no rank sent"
@@ -243,4 +252,9 @@ MISTAKES = [
             "other.", "Blocking sends and receives in a ring deadlock unless the order breaks the cycle.",
             "Use isend/irecv (or batch_isend_irecv), or let even and odd ranks send first in turn.",
             deadlocks_on_three_ranks),
+    Mistake("blocking_send_then_recv", "Every rank sends its K/V with a blocking send before it receives.",
+            "A large send completes only when the peer's receive runs (NCCL, and gloo here), so a ring of ranks that "
+            "all send first waits forever; NCCL may buffer small chunks and hang only at scale.",
+            "Post the send and the receive together with dist.batch_isend_irecv (or isend/irecv, then wait), or let "
+            "even ranks send first and odd ranks receive first.", blocking_send_then_recv),
 ]

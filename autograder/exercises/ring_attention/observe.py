@@ -6,6 +6,7 @@ import warnings
 import torch
 
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
+from coursekit.gpu_semantics import nccl_p2p_order
 
 from ..meter import SampleAtGates
 from ..observing import collective_counts, float32_data, observation, tensor_data
@@ -76,7 +77,8 @@ def ring_rank(rank: int, world_size: int, fn, case: dict) -> dict:
         q, k, v = q.clone(), k.clone(), v.clone()
     want = tuple(q.shape)
     log = P2PLog(gates=case["measure_memory"])
-    with profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
+    # nccl_p2p_order: a send waits for its receive, as under NCCL (a blocking send-then-receive ring is told so)
+    with nccl_p2p_order(), profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
         out = student_call(fn, q, k, v, is_causal=case["is_causal"])
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
