@@ -206,11 +206,7 @@ def test_the_determinism_check_sees_a_gpu_only_claim(tmp_path):
     assert not bitwise_claims_without_cpu(notebook("Expect equality in distribution, not bit for bit."))
 
 
-PENDING = {"07_transformers": "Lesson 7's prose is fixed on another branch (issue #35, item 2)"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(reason=PENDING[p.stem], strict=False))
-                                  if p.stem in PENDING else p for p in NOTEBOOKS], ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_bitwise_claims_say_they_are_the_cpus(path):
     found = bitwise_claims_without_cpu(path)
     assert not found, (f"{path.stem}: bitwise equality claimed next to operations whose CUDA kernels are "
