@@ -6,6 +6,7 @@ ready, an all-reduce issued, a wait, backward done); the reference carries DDP's
 with the checks' own ``gradient_problem``, which already tells a sum from an average and a rank from another.
 """
 from ..diagnosis import EVERY, Mistake, error_of, ran
+from ..localise import Locate
 from ..reading import ABORTED, DEADLOCK
 from .checks import calls_per_step, gradient_problem
 
@@ -189,3 +190,10 @@ MISTAKES = [
             "Build the buckets from the parameters in the same deterministic order on every rank.",
             rank_dependent_bucket_order),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"grads": "the gradients after backward", "final": "the parameters after training",
+                       "after_init": "the parameters after construction"},
+                positions={"grads": "parameter {n}"}, ignore=("events", "forbidden", "gated", "names"),
+                factors=lambda case: {"world_size": case["world_size"]})

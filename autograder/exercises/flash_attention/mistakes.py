@@ -9,6 +9,7 @@ in combining tiles leaves it right while a mistake in every tile's arithmetic do
 import math
 
 from ..diagnosis import EVERY, Mistake, error_of, ran
+from ..localise import Locate
 from .checks import FP32_RTOL, relative_error
 from .checks import _largest_saved as largest_saved
 
@@ -158,3 +159,9 @@ MISTAKES = [
             "dq, dk and dv must all come back.", "Return (dq, dk, dv, None) from backward.", returns_zeros,
             includes=EVERY),
 ]
+
+# What the values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"output": "o", "dq": "dq", "dk": "dk", "dv": "dv", "dtypes": "the dtype of {}"},
+                ignore=("saved", "largest_tensor", "forbidden"),
+                factors=lambda case: {"√d": math.sqrt(case["d"]), "d": case["d"]},
+                tolerance=lambda case: FP32_RTOL * 10 if case["dtype"] == "float32" else 3e-2)

@@ -7,6 +7,7 @@ its gathered full parameters; the reference carries FSDP2's run (``fsdp2``). Rec
 reference's do not parse, so these fingerprints read the raw records.
 """
 from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
+from ..localise import Locate
 from ..reading import ABORTED, DEADLOCK, close
 
 
@@ -166,3 +167,10 @@ MISTAKES = [
             "A collective completes only when every rank calls it.",
             "Make every rank call the same collectives in the same order.", deadlocks_rank_one),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"losses": "the losses", "grad_norms": "the gradient norms", "full_params": "parameter {}",
+                       "shard_numel": "the shard size", "shard_dtypes": "the shards' dtypes"},
+                ignore=("between", "after_sync", "after_step", "forbidden"),
+                factors=lambda case: {"world_size": case["world_size"]})

@@ -1,0 +1,122 @@
+"""Localisation (autograder/exercises/localise.py): uncatalogued single-bug cells get told which result is wrong,
+where and by how much, and never a confident cause that is not theirs.
+
+``UNCATALOGUED`` is the development set: each entry is a student cell (run after the notebook's setup cell, like
+tests/variants/) with one mistake no catalogue lists, and phrases its localisation must contain. The engine is
+generic: it is not tuned to these cells, and a held-out set measures it.
+"""
+import pytest
+from conftest import reference_observation, student_observation
+from variants import average_gradients as avg
+from variants import flash_attention as fa
+from variants import train_amp as amp
+from variants import train_with_accumulation as acc
+
+from autograder.exercises import get_exercise
+from autograder.exercises.diagnosis import diagnose
+from autograder.exercises.localise import Locate, localise
+from autograder.exercises.verdict import feedback_sentence, format_report
+
+_DK = "dk[..., j:j + BLOCK_K, :] += ds.transpose(-1, -2) @ qi * scale"
+_DV = "dv[..., j:j + BLOCK_K, :] += p.transpose(-1, -2) @ doi"
+
+UNCATALOGUED = {  # name: (exercise, cell, phrases the localisation must contain, ranks: slow)
+    "flash_dk_missing_scale": ("FlashAttention", fa._TILED.replace(_DK, _DK.removesuffix(" * scale")),
+                               ["dk is wrong", "√d times too large", "Right: dq, dv, o"]),
+    "flash_dv_doubled": ("FlashAttention", fa._TILED.replace(_DV, _DV + " * 2"), ["dv is wrong", "2 times too large"]),
+    "flash_dq_negated": ("FlashAttention", fa._TILED.replace("dq[..., i:i + BLOCK_Q, :] += ds @ kj * scale",
+                                                            "dq[..., i:i + BLOCK_Q, :] -= ds @ kj * scale"),
+                         ["dq is wrong", "opposite sign"]),
+    "acc_loss_over_len_dataloader": ("train_with_accumulation",
+                                     acc._variant(backward="(loss / len(dataloader)).backward()"),
+                                     ["the gradient at each optimizer step is wrong"]),
+    "acc_zero_grad_before_step": ("train_with_accumulation", acc._BODY.format(
+        backward="(loss / accumulation_steps).backward()", when="(i + 1) % accumulation_steps == 0",
+        zero="pass", ret="total / len(dataloader)").replace("            optimizer.step()",
+                                                            "            optimizer.zero_grad()\n"
+                                                            "            optimizer.step()"),
+        ["the gradient at each optimizer step is wrong", "zeros"]),
+    "acc_no_backward": ("train_with_accumulation", acc._variant(backward="pass"),
+                        ["the gradient at each optimizer step is wrong", "zeros"]),
+    "amp_no_backward": ("train_amp", amp._variant(backward="pass"), ["the first update of the parameters", "zeros"]),
+    "amp_no_scaler_update": ("train_amp", amp._BODY.replace("        scaler.update()\n", "").format(
+        default="torch.float16", scaler_args="device.type, enabled=(dtype == torch.float16)", train="model.train()",
+        zero="optimizer.zero_grad()", autocast_args="device.type, dtype=dtype", backward="scaler.scale(loss).backward()",
+        clip=amp._CLIP, step="scaler.step(optimizer)", ret="model"),
+        ["raised RuntimeError: unscale_() is being called after step() when called with the default dtype"]),
+    "avg_reduce_max": ("average_gradients", avg._loop('''
+if p.grad is not None:
+    dist.all_reduce(p.grad, op=dist.ReduceOp.MAX)
+    p.grad /= world_size
+'''), ["the gradients after your call is wrong"], True),
+    "avg_weights_only": ("average_gradients", avg._loop('''
+if p.grad is not None and p.dim() > 1:
+    dist.all_reduce(p.grad)
+    p.grad /= world_size
+'''), ["the gradients after your call is wrong", "parameter 2"], True),
+}
+
+
+def _params():
+    for name, entry in UNCATALOGUED.items():
+        yield pytest.param(name, marks=[pytest.mark.slow] if len(entry) > 3 and entry[3] else [], id=name)
+
+
+def diagnosed(exercise: str, source: str):
+    ex = get_exercise(exercise)
+    reference = reference_observation(exercise)
+    student = student_observation(exercise, source)
+    results = ex.grade(student, reference)
+    return results, diagnose(ex, student, reference, results)
+
+
+@pytest.mark.parametrize("name", list(_params()))
+def test_uncatalogued_mistake_is_localised(name):
+    exercise, source, phrases = UNCATALOGUED[name][:3]
+    results, diagnosis = diagnosed(exercise, source)
+    assert not all(r.passed for r in results)
+    located = " ".join(diagnosis.located)
+    for phrase in phrases:
+        assert phrase in located, (phrase, diagnosis.located, diagnosis.cause_id)
+    report = format_report(exercise, results, diagnosis)
+    assert diagnosis.located[0] in report
+    if diagnosis.kind != "cause":  # no confident cause: the localisation leads, and is the grades.csv cause
+        assert report.splitlines()[1].strip().startswith(("Where your results go wrong", "Consistent with")), report
+        assert diagnosis.cause_id.startswith("where: ") and diagnosis.located[0] in feedback_sentence(results, diagnosis)
+
+
+# ---- the engine on plain data: each pattern, and what it never does ---------------------------------------------
+
+def _obs(**values):
+    return {"scenarios": {"s": {"case": {"what": "called", "d": 16}, **values}}}
+
+
+@pytest.mark.parametrize("have,words", [
+    ([4.0 * x for x in range(1, 11)], "√d times too large"),
+    ([-x for x in range(1, 11)], "opposite sign"),
+    ([0.0] * 10, "all zeros"),
+    ([float(x) for x in range(0, 10)], "shifted by one"),
+    ([x + (0.3 if x > 5 else 0) for x in range(1, 11)], "from element 6 on"),
+    ([float("nan")] * 10, "not finite"),
+])
+def test_patterns(have, words):
+    spec = Locate(names={"v": "dk"}, factors=lambda case: {"√d": case["d"] ** 0.5})
+    found = localise(spec, _obs(v=have, w=[1.0] * 10), _obs(v=[float(x) for x in range(1, 11)], w=[1.0] * 10))
+    assert found.wrong[0].startswith("dk is wrong") and words in found.wrong[0], found
+    assert found.right == ("w",)
+
+
+def test_right_values_are_not_localised_and_no_reference_value_is_quoted():
+    spec = Locate()
+    want = [0.123456 * x for x in range(1, 11)]
+    assert localise(spec, _obs(v=want), _obs(v=want)).empty
+    off = localise(spec, _obs(v=[w * 1.2837 + (0.01 if i == 3 else 0) for i, w in enumerate(want)]), _obs(v=want))
+    assert off.wrong and "0.123" not in " ".join(off.lines())
+
+
+def test_a_crash_is_said_once_with_where():
+    ref = {"scenarios": {"a": {"case": {"what": "called on 2 ranks"}, "x": [1.0] * 10},
+                         "b": {"case": {"what": "called on 3 ranks"}, "x": [1.0] * 10}}}
+    got = {"scenarios": {"a": {"case": {}, "error": "RuntimeError: boom"}, "b": {"case": {}, "error": "RuntimeError: boom"}}}
+    found = localise(Locate(), got, ref)
+    assert found.crashed.count("boom") == 1 and "called on 2 ranks" in found.crashed and "1 other scenario" in found.crashed
