@@ -136,7 +136,7 @@ def test_one_forgotten_division_names_its_cause_and_no_wrong_advice():
     results, diagnosis, _ = observed("train_with_accumulation", source)
     report = format_report("train_with_accumulation", results, diagnosis)
     lines = report.splitlines()
-    assert lines[1].strip().startswith("Most likely cause (`loss_not_divided`)"), report
+    assert lines[1].strip().startswith("Most likely cause (loss_not_divided)"), report
     assert "Divide each micro-batch's loss by accumulation_steps before backward()." in report
     for wrong_advice in ("call model.train() first", "optimizer.zero_grad() before the first batch",
                          "loss.item() * accumulation_steps", "drop them (no step) or flush them"):

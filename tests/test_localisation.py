@@ -9,6 +9,8 @@ import pytest
 from conftest import reference_observation, student_observation
 from variants import average_gradients as avg
 from variants import flash_attention as fa
+from variants import ring_attention as ring
+from variants import tensor_parallel_mlp as tp
 from variants import train_amp as amp
 from variants import train_with_accumulation as acc
 
@@ -22,22 +24,22 @@ _DV = "dv[..., j:j + BLOCK_K, :] += p.transpose(-1, -2) @ doi"
 
 UNCATALOGUED = {  # name: (exercise, cell, phrases the localisation must contain, ranks: slow)
     "flash_dk_missing_scale": ("FlashAttention", fa._TILED.replace(_DK, _DK.removesuffix(" * scale")),
-                               ["dk is wrong", "√d times too large", "Right: dq, dv, o"]),
-    "flash_dv_doubled": ("FlashAttention", fa._TILED.replace(_DV, _DV + " * 2"), ["dv is wrong", "2 times too large"]),
+                               ["dk: wrong", "√d times too large", "Right: dq, dv, o"]),
+    "flash_dv_doubled": ("FlashAttention", fa._TILED.replace(_DV, _DV + " * 2"), ["dv: wrong", "2 times too large"]),
     "flash_dq_negated": ("FlashAttention", fa._TILED.replace("dq[..., i:i + BLOCK_Q, :] += ds @ kj * scale",
                                                             "dq[..., i:i + BLOCK_Q, :] -= ds @ kj * scale"),
-                         ["dq is wrong", "opposite sign"]),
+                         ["dq: wrong", "opposite sign"]),
     "acc_loss_over_len_dataloader": ("train_with_accumulation",
                                      acc._variant(backward="(loss / len(dataloader)).backward()"),
-                                     ["the gradient at each optimizer step is wrong"]),
+                                     ["the gradient at each optimizer step: wrong"]),
     "acc_zero_grad_before_step": ("train_with_accumulation", acc._BODY.format(
         backward="(loss / accumulation_steps).backward()", when="(i + 1) % accumulation_steps == 0",
         zero="pass", ret="total / len(dataloader)").replace("            optimizer.step()",
                                                             "            optimizer.zero_grad()\n"
                                                             "            optimizer.step()"),
-        ["the gradient at each optimizer step is wrong", "zeros"]),
+        ["the gradient at each optimizer step: wrong", "zeros"]),
     "acc_no_backward": ("train_with_accumulation", acc._variant(backward="pass"),
-                        ["the gradient at each optimizer step is wrong", "zeros"]),
+                        ["the gradient at each optimizer step: wrong", "zeros"]),
     "amp_no_backward": ("train_amp", amp._variant(backward="pass"), ["the first update of the parameters", "zeros"]),
     "amp_no_scaler_update": ("train_amp", amp._BODY.replace("        scaler.update()\n", "").format(
         default="torch.float16", scaler_args="device.type, enabled=(dtype == torch.float16)", train="model.train()",
@@ -48,12 +50,17 @@ UNCATALOGUED = {  # name: (exercise, cell, phrases the localisation must contain
 if p.grad is not None:
     dist.all_reduce(p.grad, op=dist.ReduceOp.MAX)
     p.grad /= world_size
-'''), ["the gradients after your call is wrong"], True),
+'''), ["the gradients after your call: wrong"], True),
     "avg_weights_only": ("average_gradients", avg._loop('''
 if p.grad is not None and p.dim() > 1:
     dist.all_reduce(p.grad)
     p.grad /= world_size
-'''), ["the gradients after your call is wrong", "parameter 2"], True),
+'''), ["the gradients after your call: wrong", "parameter 2"], True),
+    "ring_forgets_to_rescale": ("ring_attention", ring._ring().replace(
+        "out = out * (lse - new_lse).exp().unsqueeze(-1) + ", "out = out + "), ["the output: wrong"], True),
+    "tp_activation_after_the_sum": ("TensorParallelMLP", tp._variant(
+        "h = F.linear(F_.apply(x), self.w1, self.b1)\nreturn F.gelu(G_.apply(F.linear(h, self.w2)) + self.b2)"),
+        ["the output: wrong"], True),
 }
 
 
@@ -102,7 +109,7 @@ def _obs(**values):
 def test_patterns(have, words):
     spec = Locate(names={"v": "dk"}, factors=lambda case: {"√d": case["d"] ** 0.5})
     found = localise(spec, _obs(v=have, w=[1.0] * 10), _obs(v=[float(x) for x in range(1, 11)], w=[1.0] * 10))
-    assert found.wrong[0].startswith("dk is wrong") and words in found.wrong[0], found
+    assert found.wrong[0].startswith("dk: wrong") and words in found.wrong[0], found
     assert found.right == ("w",)
 
 

@@ -78,7 +78,9 @@ def _located(located: list[str], failed: list[CheckResult], diagnosis: Diagnosis
     own words name a wrong result) follow without their advice, which assumed each was the only failure; the others
     keep theirs."""
     wrong = _wrong_words(located)
-    explained = [r for r in failed if wrong & _words(r.feedback)] if wrong else []
+    raised = next((line.split(" when ", 1)[0].removeprefix("Your function raised ")[:60] for line in located
+                   if line.startswith("Your function raised")), None)
+    explained = [r for r in failed if (wrong & _words(r.feedback)) or (raised and raised in (r.feedback or ""))]
     rest = [r for r in failed if r not in explained]
     out = []
     if diagnosis.kind == "consistent":
@@ -98,12 +100,14 @@ def _label(line: str) -> tuple[str, str]:
         return "Right", line.removeprefix("Right: ")
     if line.startswith("Your function raised"):
         return "Raised", line
+    if line.startswith("Later values differ"):
+        return "Follows", line.removeprefix("Later values differ as a consequence: ")
     return "Wrong", line
 
 
 def _wrong_words(located: list[str]) -> set[str]:
-    """The names of the wrong results (each wrong line starts with one: "dk is wrong ...")."""
-    return {line.split(" is wrong", 1)[0] for line in located if " is wrong" in line}
+    """The names of the wrong results (each wrong line starts with one: "dk: wrong ...")."""
+    return {line.split(": wrong", 1)[0] for line in located if ": wrong" in line}
 
 
 def _words(sentence: str) -> set[str]:
@@ -161,7 +165,7 @@ def sentence(results: list[CheckResult], diagnosis: Diagnosis | None) -> str:
                       else f"{len(section.checks)} failed checks follow")
             parts.append(f"Cause {cause.id}: {cause.did} Fix: {fix} ({follow} from it.)")
         elif section.kind == "where":
-            parts += [sentence for _, sentence in section.details]
+            parts += [sentence for label, sentence in section.details if label != "Right"]
         elif section.kind in ("also", "unknown"):
             parts += [f"{r.title}: {r.feedback}" for r in section.checks]
     return " | ".join(parts)

@@ -19,6 +19,7 @@ RTOL = 1e-3                     # a value is right within this fraction of its l
 FIT = 2e-3                      # a factor or pattern fits when the rest is within this fraction
 SKIP = ("case", "truth", "meter", "error")  # never results: the inputs, the ground truth, outside measurements
 GENERIC_FACTORS = {"2": 2.0, "−1": -1.0}
+SHOWN_RIGHT = 6                 # right quantities named, at most
 POSITIONS = {"ranks": "rank {i}", "steps": "step {n}", "calls": "call {n}", "step_grads": "step {n}",
              "updates": "step {n}", "step_grad_norms": "step {n}", "losses": "step {n}"}
 
@@ -41,6 +42,7 @@ class Finding:
     where: str          # "rank 1, step 2" or ""
     pattern: str        # "√d times too large", "zeros", "off by about 30 %"
     short: str          # "×√d", "zeros", "off"
+    order: int | None = None  # the index along a time-ordered list (step, call), when it sits in one
 
 
 @dataclass(frozen=True)
@@ -50,11 +52,15 @@ class Localisation:
     crashed: str = ""                 # where the function raised, once, in the student's words
     short: str = ""                   # grades.csv's `cause` when no catalogue cause fits: "dk ×√d"
     wrong_quantities: tuple[str, ...] = ()
+    follow: tuple[str, ...] = ()      # wrong only after the first wrong step: consequences, not where it goes wrong
 
     def lines(self) -> list[str]:
         out = ([self.crashed] if self.crashed else []) + list(self.wrong)
+        if self.follow:
+            out.append("Later values differ as a consequence: " + ", ".join(self.follow[:SHOWN_RIGHT]) + ".")
         if self.right and (self.wrong or self.crashed):
-            out.append("Right: " + ", ".join(self.right) + ".")
+            more = len(self.right) - SHOWN_RIGHT
+            out.append("Right: " + ", ".join(self.right[:SHOWN_RIGHT]) + (f" and {more} more" if more > 0 else "") + ".")
         return out
 
     @property
@@ -85,7 +91,7 @@ def localise(spec: Locate, student: dict, reference: dict) -> Localisation:
             if verdict is None:
                 right.add(name)
             else:
-                findings.append(Finding(name, key, _where(spec, path), *verdict))
+                findings.append(Finding(name, key, _where(spec, path), *verdict, order=_order(spec, path)))
     return _summarise(spec, reference, findings, right, errors)
 
 
@@ -115,8 +121,13 @@ def _leaves(spec: Locate, ref, got, truth, path=()):
                 continue
             sub_truth = truth.get(k) if isinstance(truth, dict) else None
             before = got.get(spec.unchanged[k]) if k in spec.unchanged else None
-            if k in spec.unchanged:
-                yield path + (k,), _flat(sub_truth if sub_truth is not None else v), _flat(got.get(k)), _flat(before)
+            if k in spec.unchanged and isinstance(v, list) and v and all(isinstance(x, list) for x in v):
+                have, was, want = got.get(k), before, sub_truth if isinstance(sub_truth, list) else v
+                for i, w in enumerate(want):  # a list of vectors, each against its own value before
+                    yield (path + (k, i), w, have[i] if isinstance(have, list) and i < len(have) else None,
+                           was[i] if isinstance(was, list) and i < len(was) else None)
+            elif k in spec.unchanged:
+                yield path + (k,), sub_truth if sub_truth is not None else v, got.get(k), before
             else:
                 yield from _leaves(spec, v, got.get(k), sub_truth, path + (k,))
     elif isinstance(ref, list) and ref and not _numbers(ref):
@@ -128,13 +139,6 @@ def _leaves(spec: Locate, ref, got, truth, path=()):
             yield from _leaves(spec, v, got[i] if i < len(got) else None, sub_truth, path + (i,))
     elif isinstance(ref, (list, Real, str, bool)) or ref is None:
         yield path, truth if truth is not None and type(truth) is type(ref) else ref, got, None
-
-
-def _flat(value):
-    """A list of vectors as one vector (a value compared with its value before, whole)."""
-    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
-        return [x for v in value for x in v]
-    return value
 
 
 def _numbers(values) -> bool:
@@ -183,7 +187,8 @@ def _compare(want, have, before, factors, rtol) -> tuple[str, str] | None:
     if n > 1 and n * n == len(want) and _close(have, [want[j * n + i] for i in range(n) for j in range(n)], rtol, scale):
         return "transposed", "transposed"
     off = max(abs(h - w) for h, w in zip(have, want)) / scale
-    size = f"off by about {off:.0%}" if off < 10 else f"off by about {off:.0f} times its size"
+    size = (f"off by about {off:.1%}" if off < 0.1 else f"off by about {off:.0%}" if off < 10
+            else f"off by about {off:.0f} times its size")
     return (f"{size} (relative to its largest value){at}" if len(want) > 1 else size), "off"
 
 
@@ -213,14 +218,14 @@ def _name_factor(ratio: float, factors: dict[str, float]) -> tuple[str, str] | N
 
 
 def _quantity(spec: Locate, path: tuple) -> str:
-    """The student's word for the value at ``path``: the outermost declared key's word (a word with "{}" takes the
-    next key's word: "dtype of {}"), else the innermost key."""
+    """The student's word for the value at ``path``: its keys' declared words, inner ones filling a "{}" in an
+    outer one ("the dtype of {}" around "dk"), positions (rank, step) left out."""
     keys = [p for p in path if isinstance(p, str) and (p in spec.names or p not in POSITIONS and p not in spec.positions)]
-    for i, k in enumerate(keys):
-        if k in spec.names:
-            word = spec.names[k]
-            return word.format(_quantity(spec, tuple(keys[i + 1:]))) if "{}" in word and keys[i + 1:] else word
-    return " ".join(keys) if keys else "the result"
+    words = ""
+    for k in reversed(keys):
+        word = spec.names.get(k, k)
+        words = word.format(words).strip() if "{}" in word else f"{word} {words}".strip()
+    return words or "the result"
 
 
 def _where(spec: Locate, path: tuple) -> str:
@@ -243,9 +248,11 @@ def _summarise(spec, reference, findings, right, errors) -> Localisation:
     if errors:
         key, where, error = errors[0]
         also = len({e[0] for e in errors}) - 1
-        crashed = (f"Your function raised {error.strip()[:200].rstrip('.')} when {_scenario(reference, key)}"
+        first = error.strip().split(".  ")[0][:160].rstrip(".")
+        crashed = (f"Your function raised {first} when {_scenario(reference, key)}"
                    + (f" (on {where})" if where else "")
                    + (f"; {also} other scenario{'s' if also != 1 else ''} failed too." if also else "."))
+    findings, follow = _first_wrong(findings)
     by_quantity: dict[str, list[Finding]] = {}
     for f in findings:
         by_quantity.setdefault(f.quantity, []).append(f)
@@ -262,12 +269,39 @@ def _summarise(spec, reference, findings, right, errors) -> Localisation:
         place = ("in every scenario" if everywhere else f"when {_scenario(reference, keys[0])}"
                  + (f" (and in {len(keys) - 1} more scenario{'s' if len(keys) > 2 else ''})" if len(keys) > 1 else ""))
         others = [p for p in patterns if p != main]
-        wrong.append(f"{quantity} is wrong {place}{': first at ' + where if where else ''}: {main}"
-                     + (f" (elsewhere: {others[0]})" if others else "") + ".")
-        shorts.append(f"{quantity} {patterns[main].short}")
-    right_only = tuple(sorted(q for q in right if q not in by_quantity))
-    short = "; ".join(shorts[:3]) or ("raised" if crashed else "")
-    return Localisation(tuple(wrong), right_only, crashed, short, tuple(by_quantity))
+        wrong.append((_telling(patterns[main].short), f"{quantity}: wrong {place}"
+                      f"{', first at ' + where if where else ''}: {main}"
+                      + (f" (elsewhere: {others[0]})" if others else "") + "."))
+        shorts.append((_telling(patterns[main].short), f"{quantity} {patterns[main].short}"))
+    right_only = tuple(sorted(q for q in right if q not in by_quantity and q not in follow))
+    wrong = [w for _, w in sorted(wrong, key=lambda x: x[0])]  # a named factor or pattern says most: first
+    shorts = [w for _, w in sorted(shorts, key=lambda x: x[0])]
+    raised = f"raised {errors[0][2].split(':', 1)[0][:40]}" if errors else ""
+    short = "; ".join(([raised] if raised else []) + shorts[:3 - bool(raised)])
+    return Localisation(tuple(wrong), right_only, crashed, short, tuple(by_quantity), tuple(follow))
+
+
+def _first_wrong(findings: list[Finding]) -> tuple[list[Finding], list[str]]:
+    """Where results are recorded step by step, what goes wrong first is the mistake and the rest follows from it:
+    keep the quantities wrong at the first wrong step; the others (wrong only later, or only at the end) are
+    consequences."""
+    ordered = [f.order for f in findings if f.order is not None]
+    if not ordered:
+        return findings, []
+    leading = {f.quantity for f in findings if f.order == min(ordered)}
+    return [f for f in findings if f.quantity in leading], sorted({f.quantity for f in findings} - leading)
+
+
+def _order(spec: Locate, path: tuple) -> int | None:
+    for parent, index in zip(path, path[1:]):
+        if isinstance(index, int) and parent in spec.by_position:
+            return index
+    return None
+
+
+def _telling(short: str) -> int:
+    """0 for a named factor or pattern, 1 for "differs", 2 for a plain "off": the order the lines are shown in."""
+    return 2 if short == "off" else 1 if short == "differs" else 0
 
 
 def _first_place(found: list[Finding]) -> str:

@@ -205,4 +205,5 @@ MISTAKES = [
 LOCATE = Locate(names={"grads_after": "the gradients after your call", "params_after": "the parameters after your call",
                        "final": "the parameters after training", "grads_before": "the gradients before your call"},
                 ignore=("forbidden", "collectives"), unchanged={"grads_after": "grads_before"},
+                positions={"grads_after": "parameter {n}", "grads_before": "parameter {n}"},
                 factors=lambda case: {"world_size": case["world_size"]})
