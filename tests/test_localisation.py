@@ -9,10 +9,12 @@ import pytest
 from conftest import reference_observation, student_observation
 from variants import average_gradients as avg
 from variants import flash_attention as fa
+from variants import gpipe_schedule as gp
 from variants import ring_attention as ring
 from variants import tensor_parallel_mlp as tp
 from variants import train_amp as amp
 from variants import train_with_accumulation as acc
+from variants import zero_memory_per_rank as zero
 
 from autograder.exercises import get_exercise
 from autograder.exercises.diagnosis import diagnose
@@ -56,6 +58,14 @@ if p.grad is not None and p.dim() > 1:
     dist.all_reduce(p.grad)
     p.grad /= world_size
 '''), ["the gradients after your call: wrong", "parameter 2"], True),
+    "zero_stage2_shards_only_optimizer": ("zero_memory_per_rank", zero.CORRECT["if_chain"].replace(
+        "return w * psi + (g + k) * psi / n", "return w * psi + g * psi + k * psi / n"),
+        ["the bytes per rank: wrong", "stage 2"]),
+    "zero_stage3_times_n": ("zero_memory_per_rank", zero.CORRECT["if_chain"].replace(
+        "return (w + g + k) * psi / n", "return (w + g + k) * psi * n"),
+        ["the bytes per rank: wrong", "stage 3", "world_size"]),
+    "gpipe_backward_one_step_late": ("gpipe_schedule", gp._closed(
+        bwd="m + p + (p - 1 - s) + j"), ["raised IndexError: list index out of range when called with num_stages=2"]),
     "ring_forgets_to_rescale": ("ring_attention", ring._ring().replace(
         "out = out * (lse - new_lse).exp().unsqueeze(-1) + ", "out = out + "), ["the output: wrong"], True),
     "tp_activation_after_the_sum": ("TensorParallelMLP", tp._variant(

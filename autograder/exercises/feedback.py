@@ -62,7 +62,7 @@ def sections(results: list[CheckResult], diagnosis: Diagnosis | None = None) -> 
         checks = [by_title[t] for t in cause.explains if t in by_title and owner.get(t) == cause.id]
         shown |= {r.title for r in checks}
         lead = f"Mistake {number} of {len(diagnosis.causes)}" if many else "Most likely cause"
-        where = [_label(line) for line in located] if number == 1 else []
+        where = [_label(line) for line in located if not _repeats(line, failed)] if number == 1 else []
         out.append(Section("cause", f"{lead} ({cause.id}): {cause.did}",
                            [("Seen in your results", cause.seen), *where, ("Why it is wrong", cause.why),
                             ("Fix", cause.fix)], checks, advice=False, cause_id=cause.id))
@@ -93,6 +93,11 @@ def _located(located: list[str], failed: list[CheckResult], diagnosis: Diagnosis
         out.append(Section("also", "Also failing, each in its own words:" if explained else "Failed checks:",
                            checks=rest))
     return out
+
+
+def _repeats(line: str, failed: list[CheckResult]) -> bool:
+    """The line says what a failed check already says (a crash's sentence): beside a cause, it adds nothing."""
+    return any(r.feedback and (r.feedback.rstrip(".") in line or line.rstrip(".") in r.feedback) for r in failed)
 
 
 def _label(line: str) -> tuple[str, str]:

@@ -17,7 +17,7 @@ from numbers import Real
 
 RTOL = 1e-3                     # a value is right within this fraction of its largest magnitude (the checks: 1e-4..)
 FIT = 2e-3                      # a factor or pattern fits when the rest is within this fraction
-SKIP = ("case", "truth", "meter", "error")  # never results: the inputs, the ground truth, outside measurements
+SKIP = ("case", "truth", "meter", "error", "not_done")  # never results: the inputs, the ground truth, outside measurements
 GENERIC_FACTORS = {"2": 2.0, "−1": -1.0}
 SHOWN_RIGHT = 6                 # right quantities named, at most
 POSITIONS = {"ranks": "rank {i}", "steps": "step {n}", "calls": "call {n}", "step_grads": "step {n}",
@@ -31,6 +31,7 @@ class Locate:
     factors: Callable[[dict], dict[str, float]] = lambda case: {}   # case -> {"√d": 2.83, "world_size": 2}
     unchanged: dict[str, str] = field(default_factory=dict)  # key -> sibling key of its value before (params)
     positions: dict[str, str] = field(default_factory=dict)  # list key -> words of an index in it ("parameter {n}")
+    whole: dict[str, str] = field(default_factory=dict)  # key -> word of its items: compared item by item, whole
     by_position: tuple[str, ...] = ("steps", "step_grads", "calls", "updates", "losses", "step_grad_norms")
     tolerance: Callable[[dict], float] = lambda case: RTOL  # case -> what "right" allows (bf16 scenarios: more)
 
@@ -100,7 +101,8 @@ def _safe_factors(spec: Locate, case: dict) -> dict[str, float]:
         found = spec.factors(case)
     except Exception:  # a case without the key: no exercise factors there
         return {}
-    return {k: float(v) for k, v in found.items() if isinstance(v, Real) and v not in (0, 1)}
+    named = {k: float(v) for k, v in found.items() if isinstance(v, Real) and v not in (0, 1)}
+    return {**named, **{f"{k}²": v * v for k, v in named.items() if not k.startswith("√")}}  # a factor applied twice
 
 
 def _safe_tolerance(spec: Locate, case: dict) -> float:
@@ -121,7 +123,9 @@ def _leaves(spec: Locate, ref, got, truth, path=()):
                 continue
             sub_truth = truth.get(k) if isinstance(truth, dict) else None
             before = got.get(spec.unchanged[k]) if k in spec.unchanged else None
-            if k in spec.unchanged and isinstance(v, list) and v and all(isinstance(x, list) for x in v):
+            if k in spec.whole:
+                yield path + (k,), _Whole(sub_truth if sub_truth is not None else v, spec.whole[k]), got.get(k), None
+            elif k in spec.unchanged and isinstance(v, list) and v and all(isinstance(x, list) for x in v):
                 have, was, want = got.get(k), before, sub_truth if isinstance(sub_truth, list) else v
                 for i, w in enumerate(want):  # a list of vectors, each against its own value before
                     yield (path + (k, i), w, have[i] if isinstance(have, list) and i < len(have) else None,
@@ -145,8 +149,27 @@ def _numbers(values) -> bool:
     return isinstance(values, list) and all(isinstance(v, Real) and not isinstance(v, bool) for v in values)
 
 
+@dataclass(frozen=True)
+class _Whole:
+    """A structured value (a table) compared item by item: only where it first differs is said."""
+    items: list
+    word: str
+
+
 def _compare(want, have, before, factors, rtol) -> tuple[str, str] | None:
     """None when right, else (pattern in words, short form)."""
+    if isinstance(want, _Whole):
+        if not isinstance(have, list):
+            return "missing", "missing"
+        if have == want.items:
+            return None
+        first = next((i for i, (h, w) in enumerate(zip(have, want.items)) if h != w), min(len(have), len(want.items)))
+        return f"differs from {want.word} {first + 1} on", f"differs at {want.word} {first + 1}"
+    if isinstance(want, int) and isinstance(have, int) and not isinstance(want, bool) and not isinstance(have, bool) \
+            and 0 < abs(have - want) <= 2:
+        n = abs(have - want)
+        return (f"off by {'one' if n == 1 else 'two'} ({'too many' if have > want else 'too few'})",
+                f"{'+' if have > want else '−'}{n}")
     if isinstance(want, Real) and not isinstance(want, bool):
         want = [want]
         have = [have] if isinstance(have, Real) and not isinstance(have, bool) else have
@@ -177,7 +200,7 @@ def _compare(want, have, before, factors, rtol) -> tuple[str, str] | None:
         named = _name_factor(ratio, factors)
         if named:
             return named
-        if abs(ratio) > 1e-6:
+        if abs(ratio) > 1e-6 and abs(ratio - 1) > 0.1:
             return f"{ratio:.2g} times the right value", f"×{ratio:.2g}"
     for shift in (1, -1):
         if len(want) > 2 and _close(have[max(shift, 0):len(have) + min(shift, 0)],

@@ -207,4 +207,4 @@ MISTAKES = [
 
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
 LOCATE = Locate(names={"length": "the schedule's length", "table": "the schedule table", "type": "the returned type"},
-                positions={"table": "time step {n}"})
+                whole={"table": "time step"})
