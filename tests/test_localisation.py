@@ -8,6 +8,7 @@ generic: it is not tuned to these cells, and a held-out set measures it.
 import pytest
 from conftest import reference_observation, student_observation
 from variants import average_gradients as avg
+from variants import bucketed_ddp as ddp
 from variants import flash_attention as fa
 from variants import gpipe_schedule as gp
 from variants import ring_attention as ring
@@ -66,6 +67,11 @@ if p.grad is not None and p.dim() > 1:
         ["the bytes per rank: wrong", "stage 3", "world_size"]),
     "gpipe_backward_one_step_late": ("gpipe_schedule", gp._closed(
         bwd="m + p + (p - 1 - s) + j"), ["raised IndexError: list index out of range when called with num_stages=2"]),
+    "bucketed_reduce_max": ("BucketedDDP", ddp._mutate(("dist.all_reduce(flat, async_op=True)",
+                                                        "dist.all_reduce(flat, op=dist.ReduceOp.MAX, async_op=True)")),
+                            ["the gradients after backward: wrong", "step 1"], True),
+    "bucketed_no_division": ("BucketedDDP", ddp._mutate(("flat /= dist.get_world_size()", "pass")),
+                             ["the gradients after backward: wrong", "world_size times too large"], True),
     "ring_forgets_to_rescale": ("ring_attention", ring._ring().replace(
         "out = out * (lse - new_lse).exp().unsqueeze(-1) + ", "out = out + "), ["the output: wrong"], True),
     "tp_activation_after_the_sum": ("TensorParallelMLP", tp._variant(
