@@ -9,6 +9,7 @@ import pytest
 from conftest import reference_observation, student_observation
 from variants import average_gradients as avg
 from variants import bucketed_ddp as ddp
+from variants import expert_parallel_moe as moe
 from variants import flash_attention as fa
 from variants import gpipe_schedule as gp
 from variants import ring_attention as ring
@@ -72,6 +73,8 @@ if p.grad is not None and p.dim() > 1:
                             ["the gradients after backward: wrong", "step 1"], True),
     "bucketed_no_division": ("BucketedDDP", ddp._mutate(("flat /= dist.get_world_size()", "pass")),
                              ["the gradients after backward: wrong", "world_size times too large"], True),
+    "moe_gate_detached": ("ExpertParallelMoE", moe._moe(result="gate.detach() * returned[unsort]"),
+                          ["the router's gradient: wrong", "missing (None", "Right:", "the output"], True),
     "ring_forgets_to_rescale": ("ring_attention", ring._ring().replace(
         "out = out * (lse - new_lse).exp().unsqueeze(-1) + ", "out = out + "), ["the output: wrong"], True),
     "tp_activation_after_the_sum": ("TensorParallelMLP", tp._variant(

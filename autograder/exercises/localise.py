@@ -181,7 +181,7 @@ def _compare(want, have, before, factors, rtol) -> tuple[str, str] | None:
             (isinstance(want, str) and want.isidentifier()) else ("differs", "differs")
     if not _numbers(have) or len(have) != len(want):
         got = "missing" if have is None else "of another length" if _numbers(have) else "not numbers"
-        return got, got
+        return ("missing (None: nothing reached it)" if have is None else got), got
     if not want:
         return None
     scale = max(max(abs(w) for w in want), 1e-12)
