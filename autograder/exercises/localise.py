@@ -328,11 +328,12 @@ def _telling(short: str) -> int:
 
 
 def _first_place(found: list[Finding]) -> str:
-    """The first position (rank, step...) among the wrong values, when they have one."""
-    places = sorted({f.where for f in found if f.where}, key=_place_key)
-    return places[0] if places and len(places) < len(found) + 1 else ""
+    """The first position (the earliest step, then the lowest rank...) among the wrong values, when they have one."""
+    placed = sorted((f for f in found if f.where), key=lambda f: (f.order is None, f.order or 0, _place_key(f.where)))
+    return placed[0].where if placed else ""
 
 
-def _place_key(where: str):
-    return [int(w) if w.isdigit() else w for part in where.split(", ") for w in part.split()]
+def _place_key(where: str) -> list[tuple]:
+    return [(0, int(w), "") if w.isdigit() else (1, 0, w) for part in where.split(", ") for w in part.split()]
+
 
