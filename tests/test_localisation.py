@@ -12,6 +12,7 @@ from variants import bucketed_ddp as ddp
 from variants import expert_parallel_moe as moe
 from variants import flash_attention as fa
 from variants import gpipe_schedule as gp
+from variants import mini_fsdp as fsdp
 from variants import ring_attention as ring
 from variants import tensor_parallel_mlp as tp
 from variants import train_amp as amp
@@ -73,6 +74,9 @@ if p.grad is not None and p.dim() > 1:
                             ["the gradients after backward: wrong", "step 1"], True),
     "moe_gate_detached": ("ExpertParallelMoE", moe._moe(result="gate.detach() * returned[unsort]"),
                           ["the router's gradient: wrong", "missing (None", "Right:", "the output"], True),
+    "fsdp_grads_doubled": ("MiniFSDP", fsdp._mistake((
+        "shard.grad = grad if shard.grad is None else shard.grad + grad", "shard.grad = grad * 2")),
+        ["the gradient norms: wrong", "step 1: world_size times too large"], True),
     "ring_forgets_to_rescale": ("ring_attention", ring._ring().replace(
         "out = out * (lse - new_lse).exp().unsqueeze(-1) + ", "out = out + "), ["the output: wrong"], True),
     "tp_activation_after_the_sum": ("TensorParallelMLP", tp._variant(

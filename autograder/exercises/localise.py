@@ -21,7 +21,8 @@ SKIP = ("case", "truth", "meter", "error", "not_done")  # never results: the inp
 GENERIC_FACTORS = {"2": 2.0, "−1": -1.0}
 SHOWN_RIGHT = 6                 # right quantities named, at most
 POSITIONS = {"ranks": "rank {i}", "steps": "step {n}", "calls": "call {n}", "step_grads": "step {n}",
-             "updates": "step {n}", "step_grad_norms": "step {n}", "losses": "step {n}"}
+             "updates": "step {n}", "step_grad_norms": "step {n}", "losses": "step {n}",
+             "grad_norms": "step {n}"}
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,8 @@ class Locate:
     unchanged: dict[str, str] = field(default_factory=dict)  # key -> sibling key of its value before (params)
     positions: dict[str, str] = field(default_factory=dict)  # list key -> words of an index in it ("parameter {n}")
     whole: dict[str, str] = field(default_factory=dict)  # key -> word of its items: compared item by item, whole
-    by_position: tuple[str, ...] = ("steps", "step_grads", "calls", "updates", "losses", "step_grad_norms")
+    by_position: tuple[str, ...] = ("steps", "step_grads", "calls", "updates", "losses", "step_grad_norms", "grad_norms")
+    series: tuple[str, ...] = ("losses", "step_grad_norms", "grad_norms")  # one number per step: step by step
     tolerance: Callable[[dict], float] = lambda case: RTOL  # case -> what "right" allows (bf16 scenarios: more)
 
 
@@ -123,7 +125,11 @@ def _leaves(spec: Locate, ref, got, truth, path=()):
                 continue
             sub_truth = truth.get(k) if isinstance(truth, dict) else None
             before = got.get(spec.unchanged[k]) if k in spec.unchanged else None
-            if k in spec.whole:
+            if k in spec.series and _numbers(v) and _numbers(got.get(k)) and len(got[k]) == len(v):
+                want = sub_truth if _numbers(sub_truth) and len(sub_truth) == len(v) else v
+                for i, w in enumerate(want):  # the first wrong step, and the factor there
+                    yield path + (k, i), w, got[k][i], None
+            elif k in spec.whole:
                 yield path + (k,), _Whole(sub_truth if sub_truth is not None else v, spec.whole[k]), got.get(k), None
             elif k in spec.unchanged and isinstance(v, list) and v and all(isinstance(x, list) for x in v):
                 have, was, want = got.get(k), before, sub_truth if isinstance(sub_truth, list) else v
@@ -285,7 +291,13 @@ def _summarise(spec, reference, findings, right, errors) -> Localisation:
         patterns = {}
         for f in found:
             patterns.setdefault(f.pattern, f)
-        main = max(patterns, key=lambda p: sum(f.pattern == p for f in found))
+        earliest = min((f.order for f in found if f.order is not None), default=None)
+        first = [f for f in found if f.order == earliest] or found  # where it first goes wrong says most
+
+        def weight(pattern: str) -> tuple:
+            return (sum(f.pattern == pattern for f in first), -_telling(patterns[pattern].short))
+
+        main = max(patterns, key=weight)
         keys = [k for k in scenarios if any(f.scenario == k for f in found)]
         where = _first_place(found)
         everywhere = quantity not in right and len(keys) > 1

@@ -7,8 +7,9 @@ its gathered full parameters; the reference carries FSDP2's run (``fsdp2``). Rec
 reference's do not parse, so these fingerprints read the raw records.
 """
 from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
-from ..localise import Locate
+from ..localise import RTOL, Locate
 from ..reading import ABORTED, DEADLOCK, close
+from .cases import BF16_RTOL
 
 
 def _ranks(student, key="fp32_two") -> list[dict]:
@@ -173,4 +174,5 @@ MISTAKES = [
 LOCATE = Locate(names={"losses": "the losses", "grad_norms": "the gradient norms", "full_params": "parameter {}",
                        "shard_numel": "the shard size", "shard_dtypes": "the shards' dtypes"},
                 ignore=("between", "after_sync", "after_step", "forbidden"),
+                tolerance=lambda case: 2 * BF16_RTOL if case["param_dtype"] else RTOL,
                 factors=lambda case: {"world_size": case["world_size"]})
