@@ -166,3 +166,31 @@ def test_a_cause_whose_needs_are_not_met_is_only_consistent(name):
     assert diagnosis.kind == "consistent" and [c.id for c in diagnosis.causes] == [DEMOTED[name]]
     report = format_report(exercise, results, diagnosis)
     assert "Most likely cause" not in report and report.splitlines()[1].strip().startswith("Consistent with"), report
+
+
+def test_every_renderer_leads_with_the_localisation_and_withholds_the_advice_it_explains():
+    """One structure (feedback.sections) for the test cell, grades.csv, the feedback files and the notebook."""
+    from dataclasses import asdict
+
+    from autograder.exercises.diagnosis import Diagnosis
+    from autograder.exercises.protocol import CheckResult
+    from autograder.grader.grading import Row
+    from autograder.grader.report import feedback_html, feedback_markdown
+
+    results = [CheckResult("Gradients equal attention's", 2, 0, "dk is off by 1.8: mind the causal mask."),
+               CheckResult("bf16 results", 1, 0, "the dtype is float32: cast the results down."),
+               CheckResult("The output", 2, 2, "")]
+    diagnosis = Diagnosis("unknown", (), ("Gradients equal attention's", "bf16 results"),
+                          ("dk: wrong in every scenario: √d times too large.", "Right: o, dq."), "dk ×√d")
+    assert diagnosis.cause_id == "where: dk ×√d"
+    report = format_report("FlashAttention", results, diagnosis)
+    lines = report.splitlines()
+    assert lines[1].strip().startswith("Where your results go wrong") and "√d times too large" in lines[2]
+    assert "mind the causal mask" not in report and "cast the results down" in report  # explained / not explained
+    assert feedback_sentence(results, diagnosis).startswith("dk: wrong in every scenario")
+    row = Row("ann", "07.ipynb", "FlashAttention", 2.0, 5.0, "", [asdict(r) for r in results],
+              cause=diagnosis.cause_id, diagnosis=diagnosis.to_dict())
+    markdown, page = feedback_markdown("ann", [row]), feedback_html("ann", [row])
+    headings = [line for line in markdown.splitlines() if line.startswith(("#", "**"))]
+    assert "**Where your results go wrong" in markdown and not any("`" in h for h in headings), headings
+    assert markdown.index("√d times too large") < markdown.index("Passed") and "√d times too large" in page
