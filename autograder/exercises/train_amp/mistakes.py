@@ -276,6 +276,7 @@ MISTAKES = [
 LOCATE = Locate(names={"params": "the parameters after training", "first_update": "the first update of the parameters",
                        "step_grad_norms": "the gradient norms", "steps": "the number of optimizer steps",
                        "updates": "{}", "scale": "the loss scale", "scaler": "the scaler used",
+                       "enabled": "the scaler being enabled",
                        "training": "the model's training mode", "dropout_active": "dropout being active",
                        "activation_dtypes": "the activations' dtypes", "param_dtypes": "the parameters' dtypes",
                        "returned_model": "the returned model", "returned_type": "the returned type",
