@@ -56,6 +56,7 @@ class Localisation:
     short: str = ""                   # grades.csv's `cause` when no catalogue cause fits: "dk ×√d"
     wrong_quantities: tuple[str, ...] = ()
     follow: tuple[str, ...] = ()      # wrong only after the first wrong step: consequences, not where it goes wrong
+    signs: tuple[str, ...] = ()       # "dk: ×√d", "o: off", "raised": every kind of wrongness seen, to compare
 
     def lines(self) -> list[str]:
         out = ([self.crashed] if self.crashed else []) + list(self.wrong)
@@ -281,6 +282,7 @@ def _summarise(spec, reference, findings, right, errors) -> Localisation:
         crashed = (f"Your function raised {first} when {_scenario(reference, key)}"
                    + (f" (on {where})" if where else "")
                    + (f"; {also} other scenario{'s' if also != 1 else ''} failed too." if also else "."))
+    signs = tuple(sorted({f"{f.quantity}: {_kind(f.short)}" for f in findings} | ({"raised"} if errors else set())))
     findings, follow = _first_wrong(findings)
     by_quantity: dict[str, list[Finding]] = {}
     for f in findings:
@@ -313,7 +315,15 @@ def _summarise(spec, reference, findings, right, errors) -> Localisation:
     shorts = [w for _, w in sorted(shorts, key=lambda x: x[0])]
     raised = f"raised {errors[0][2].split(':', 1)[0][:40]}" if errors else ""
     short = "; ".join(([raised] if raised else []) + shorts[:3 - bool(raised)])
-    return Localisation(tuple(wrong), right_only, crashed, short, tuple(by_quantity), tuple(follow))
+    return Localisation(tuple(wrong), right_only, crashed, short, tuple(by_quantity), tuple(follow), signs)
+
+
+def _kind(short: str) -> str:
+    """A short form without the numbers that vary from run to run: an unnamed ratio ("×1.8") is just "off",
+    "differs at step 3" -> "differs"; named factors ("×√d", "÷world_size") and words ("zeros") stay."""
+    if short.startswith("differs"):
+        return "differs"
+    return "off" if short.startswith("×") and short[1:2].isdigit() else short
 
 
 def _first_wrong(findings: list[Finding]) -> tuple[list[Finding], list[str]]:
