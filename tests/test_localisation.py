@@ -97,8 +97,9 @@ LOOSE_MATCHES = {  # name: (exercise, cell, ranks: slow)
                                acc._variant(backward="(loss / accumulation_steps / accumulation_steps).backward()")),
     "zero_swaps_weight_and_optimizer_bytes": ("zero_memory_per_rank", zero.CORRECT["if_chain"].replace(
         "w, g, k = bytes_per_param", "k, g, w = bytes_per_param")),
-    "avg_broadcasts_rank0": ("average_gradients", avg._loop("if p.grad is not None:\n    dist.broadcast(p.grad, src=0)\n"),
-                             True),
+    "avg_divides_on_rank0_only": ("average_gradients", avg._loop(
+        "if p.grad is not None:\n    dist.all_reduce(p.grad)\n    if dist.get_rank() == 0:\n        p.grad /= world_size\n"),
+        True),
     "moe_router_softmax_over_tokens": ("ExpertParallelMoE", moe._moe().replace(
         "self.router(x).softmax(dim=-1)", "self.router(x).softmax(dim=0)"), True),
     "bucketed_counts_elements_not_bytes": ("BucketedDDP", ddp._mutate(

@@ -3,6 +3,559 @@ named variants showed under every salt test_variants.py grades them with: the ch
 they may fail, the results the localisation finds wrong (diagnosis.known)."""
 
 KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
+    'BucketedDDP': {
+        'wraps_torch_ddp': {
+            'always': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket per parameter (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'One all-reduce per bucket, of the bucket size asked for',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'may': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket per parameter (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'One all-reduce per bucket, of the bucket size asked for',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'wrong': (
+                'the gradients after backward',
+            ),
+            'signs': (
+                'the gradients after backward: off',
+            ),
+        },
+        'all_reduce_only_after_backward': {
+            'always': (
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'may': (
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'wrong': (
+                'the gradients after backward',
+            ),
+            'signs': (
+                'the gradients after backward: off',
+            ),
+        },
+        'never_resets_between_steps': {
+            'always': (
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'may': (
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'wrong': (
+                'the gradients after backward',
+            ),
+            'signs': (
+                'the gradients after backward: off',
+            ),
+        },
+        'waits_in_the_hook': {
+            'always': (
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'may': (
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'wrong': (
+                'the gradients after backward',
+            ),
+            'signs': (
+                'the gradients after backward: off',
+            ),
+        },
+        'does_nothing': {
+            'always': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket per parameter (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'One all-reduce per bucket, of the bucket size asked for',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'may': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket per parameter (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'One all-reduce per bucket, of the bucket size asked for',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'wrong': (
+                'the gradients after backward',
+                'the parameters after construction',
+                'the parameters after training',
+            ),
+            'signs': (
+                'the gradients after backward: off',
+                'the gradients after backward: ×world_size',
+                'the parameters after construction: off',
+                'the parameters after training: off',
+            ),
+        },
+        'zeroes_the_gradients': {
+            'always': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket per parameter (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'One all-reduce per bucket, of the bucket size asked for',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'may': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket per parameter (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'One all-reduce per bucket, of the bucket size asked for',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'wrong': (
+                'the gradients after backward',
+                'the parameters after construction',
+                'the parameters after training',
+            ),
+            'signs': (
+                'the gradients after backward: zeros',
+                'the parameters after construction: off',
+                'the parameters after training: off',
+            ),
+        },
+        'sums_without_dividing': {
+            'always': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket per parameter (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'may': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket per parameter (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'wrong': (
+                'the gradients after backward',
+                'the parameters after training',
+            ),
+            'signs': (
+                'the gradients after backward: off',
+                'the gradients after backward: ×world_size',
+                'the parameters after training: off',
+            ),
+        },
+        'does_not_broadcast': {
+            'always': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+            ),
+            'may': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+            ),
+            'wrong': (
+                'the gradients after backward',
+                'the parameters after construction',
+                'the parameters after training',
+            ),
+            'signs': (
+                'the gradients after backward: off',
+                'the parameters after construction: off',
+                'the parameters after training: off',
+            ),
+        },
+        'one_all_reduce_per_parameter': {
+            'always': (
+                'One all-reduce per bucket, of the bucket size asked for',
+            ),
+            'may': (
+                'One all-reduce per bucket, of the bucket size asked for',
+            ),
+            'wrong': (
+                'the gradients after backward',
+            ),
+            'signs': (
+                'the gradients after backward: off',
+            ),
+        },
+        'launches_bucket_at_its_first_gradient': {
+            'always': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'One all-reduce per bucket, of the bucket size asked for',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'may': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'One all-reduce per bucket, of the bucket size asked for',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'wrong': (
+                'the gradients after backward',
+                'the parameters after training',
+            ),
+            'signs': (
+                'the gradients after backward: off',
+                'the gradients after backward: zeros',
+                'the parameters after training: off',
+            ),
+        },
+        'hooks_on_frozen_parameters': {
+            'always': (
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+            ),
+            'may': (
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+            ),
+            'wrong': (
+                'the gradients after backward',
+            ),
+            'signs': (
+                'raised',
+                'the gradients after backward: off',
+            ),
+        },
+        'never_sends_bucket_with_unused_parameter': {
+            'always': (
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+            ),
+            'may': (
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+            ),
+            'wrong': (
+                'the gradients after backward',
+                'the parameters after training',
+            ),
+            'signs': (
+                'the gradients after backward: off',
+                'the parameters after training: off',
+            ),
+        },
+        'waits_forever_for_unused_parameter': {
+            'always': (
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+            ),
+            'may': (
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+            ),
+            'wrong': (
+                'the gradients after backward',
+            ),
+            'signs': (
+                'raised',
+                'the gradients after backward: off',
+            ),
+        },
+        'rank_dependent_bucket_order': {
+            'always': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'One all-reduce per bucket, of the bucket size asked for',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'may': (
+                "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+                'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
+                'Gradients and trained parameters match DDP with one bucket (2 ranks)',
+                'Handles a frozen bias, an unused layer and tied weights as DDP does',
+                'One all-reduce per bucket, of the bucket size asked for',
+                'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'wrong': (
+                'the gradients after backward',
+                'the parameters after training',
+            ),
+            'signs': (
+                'raised',
+                'the gradients after backward: off',
+                'the parameters after training: off',
+            ),
+        },
+    },
+    'ExpertParallelMoE': {
+        'all_gathers_the_tokens': {
+            'always': (
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+            ),
+            'may': (
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+            ),
+        },
+        'assumes_it_receives_what_it_sends': {
+            'always': (
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+            ),
+            'may': (
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+        'skips_experts_without_rows': {
+            'always': (
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+            ),
+            'may': (
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+        'computes_every_expert_locally': {
+            'always': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'may': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'wrong': (
+                "the experts' gradients",
+                'the output',
+                "the router's gradient",
+                "x's gradient",
+            ),
+            'signs': (
+                "the experts' gradients: off",
+                "the experts' gradients: zeros",
+                'the output: off',
+                "the router's gradient: off",
+                "x's gradient: off",
+            ),
+        },
+        'returns_x': {
+            'always': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'may': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'wrong': (
+                "the experts' gradients",
+                'the output',
+                "the router's gradient",
+                "x's gradient",
+            ),
+            'signs': (
+                "the experts' gradients: zeros",
+                'the output: off',
+                "the router's gradient: missing",
+                "x's gradient: off",
+            ),
+        },
+        'dispatch_outside_autograd': {
+            'always': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'may': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'wrong': (
+                "the experts' gradients",
+                "x's gradient",
+            ),
+            'signs': (
+                "the experts' gradients: zeros",
+                "x's gradient: off",
+            ),
+        },
+        'global_expert_id_as_local_index': {
+            'always': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'may': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+        'list_all_to_all_without_padding': {
+            'always': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'may': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+        'local_index_into_the_full_list': {
+            'always': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'may': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'wrong': (
+                "the experts' gradients",
+                'the output',
+                "the router's gradient",
+                "x's gradient",
+            ),
+            'signs': (
+                "the experts' gradients: zeros",
+                'the output: off',
+                "the router's gradient: off",
+                "x's gradient: off",
+            ),
+        },
+        'no_gate': {
+            'always': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'may': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'wrong': (
+                "the experts' gradients",
+                'the output',
+                "the router's gradient",
+                "x's gradient",
+            ),
+            'signs': (
+                "the experts' gradients: off",
+                'the output: off',
+                "the router's gradient: missing",
+                "x's gradient: off",
+            ),
+        },
+        'not_unpermuted': {
+            'always': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'may': (
+                "Each local expert's gradient comes from every rank's tokens (2 ranks)",
+                'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
+                "The output equals the dense MoE's on every rank (2 ranks)",
+                "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
+                'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
+                "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'wrong': (
+                "the experts' gradients",
+                'the output',
+                "the router's gradient",
+                "x's gradient",
+            ),
+            'signs': (
+                "the experts' gradients: off",
+                'the output: off',
+                "the router's gradient: off",
+                "x's gradient: off",
+            ),
+        },
+    },
     'FlashAttention': {
         'no_rescaling': {
             'always': (
@@ -284,6 +837,1215 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'dq: zeros',
                 'o: zeros',
+                'raised',
+            ),
+        },
+    },
+    'MiniFSDP': {
+        'calls_torch_fully_shard': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+        'forgets_to_divide': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'wrong': (
+                'grad_norm',
+                'parameter 0.bias',
+                'parameter 0.weight',
+                'parameter 2.bias',
+                'parameter 2.weight',
+                'parameter 4.bias',
+                'parameter 4.weight',
+                'the gradient norms',
+                'the losses',
+            ),
+            'signs': (
+                'grad_norm: off',
+                'parameter 0.bias: off',
+                'parameter 0.weight: off',
+                'parameter 2.bias: off',
+                'parameter 2.weight: off',
+                'parameter 4.bias: off',
+                'parameter 4.weight: off',
+                'the gradient norms: off',
+                'the gradient norms: ×world_size',
+                'the losses: off',
+            ),
+        },
+        'all_reduce_keeps_full_grads': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+            ),
+            'wrong': (
+                'grad_norm',
+            ),
+            'signs': (
+                'grad_norm: off',
+            ),
+        },
+        'never_frees_gathered': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+            ),
+            'wrong': (
+                'grad_norm',
+            ),
+            'signs': (
+                'grad_norm: off',
+            ),
+        },
+        'keeps_gathered_layers_for_backward': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+            ),
+            'wrong': (
+                'grad_norm',
+            ),
+            'signs': (
+                'grad_norm: off',
+                'raised',
+            ),
+        },
+        'unsharded_wrapper': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'wrong': (
+                'grad_norm',
+                'parameter 0.bias',
+                'parameter 0.weight',
+                'parameter 2.bias',
+                'parameter 2.weight',
+                'parameter 4.bias',
+                'parameter 4.weight',
+                'the gradient norms',
+                'the losses',
+                'the shard size',
+            ),
+            'signs': (
+                'grad_norm: off',
+                'parameter 0.bias: off',
+                'parameter 0.weight: off',
+                'parameter 2.bias: off',
+                'parameter 2.weight: off',
+                'parameter 4.bias: off',
+                'parameter 4.weight: off',
+                'the gradient norms: off',
+                'the gradient norms: ×world_size',
+                'the losses: off',
+                'the shard size: off',
+                'the shard size: ×world_size',
+            ),
+        },
+        'no_padding': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+            ),
+            'wrong': (
+                'grad_norm',
+            ),
+            'signs': (
+                'grad_norm: off',
+                'raised',
+            ),
+        },
+        'shards_columns_gathers_rows': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'wrong': (
+                'grad_norm',
+                'loss',
+            ),
+            'signs': (
+                'grad_norm: off',
+                'loss: off',
+                'raised',
+            ),
+        },
+        'bf16_master_weights': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+            ),
+            'wrong': (
+                'grad_norm',
+            ),
+            'signs': (
+                'grad_norm: off',
+                'raised',
+            ),
+        },
+        'computes_in_float32_with_bf16_weights': {
+            'always': (
+                'With param_dtype=bfloat16, the master weights stay float32',
+            ),
+            'may': (
+                'With param_dtype=bfloat16, the master weights stay float32',
+            ),
+            'wrong': (
+                'grad_norm',
+            ),
+            'signs': (
+                'grad_norm: off',
+            ),
+        },
+        'constant_output': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'wrong': (
+                'grad_norm',
+                'loss',
+            ),
+            'signs': (
+                'grad_norm: zeros',
+                'loss: zeros',
+                'raised',
+            ),
+        },
+        'deadlocks_rank_one': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+                'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+                'Losses and gradient norms match FSDP2 step by step (float32, 2 ranks)',
+                'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+                'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
+                'With param_dtype=bfloat16, the master weights stay float32',
+                "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+    },
+    'ShardedOptimizer': {
+        'torch_zero_redundancy_optimizer': {
+            'always': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+                'Every rank holds the same parameters after every step()',
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+                'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
+                'Matches unsharded SGD with momentum after several steps (3 ranks)',
+                'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'may': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+                'Every rank holds the same parameters after every step()',
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+                'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
+                'Matches unsharded SGD with momentum after several steps (3 ranks)',
+                'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+            ),
+        },
+        'does_nothing': {
+            'always': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+                'Every rank holds the same parameters after every step()',
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+                'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
+                'Matches unsharded SGD with momentum after several steps (3 ranks)',
+                'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'may': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+                'Every rank holds the same parameters after every step()',
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+                'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
+                'Matches unsharded SGD with momentum after several steps (3 ranks)',
+                'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'wrong': (
+                "the optimizer state's bytes on a rank",
+                'the parameters after each step',
+            ),
+            'signs': (
+                "the optimizer state's bytes on a rank: zeros",
+                'the parameters after each step: off',
+            ),
+        },
+        'broadcasts_from_the_wrong_owner': {
+            'always': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+                'Every rank holds the same parameters after every step()',
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+                'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
+                'Matches unsharded SGD with momentum after several steps (3 ranks)',
+            ),
+            'may': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+                'Every rank holds the same parameters after every step()',
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+                'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
+                'Matches unsharded SGD with momentum after several steps (3 ranks)',
+            ),
+            'wrong': (
+                'the parameters after each step',
+            ),
+            'signs': (
+                'the parameters after each step: off',
+            ),
+        },
+        'never_shares_the_parameters': {
+            'always': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+                'Every rank holds the same parameters after every step()',
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+                'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
+                'Matches unsharded SGD with momentum after several steps (3 ranks)',
+                'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'may': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+                'Every rank holds the same parameters after every step()',
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+                'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
+                'Matches unsharded SGD with momentum after several steps (3 ranks)',
+                'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'wrong': (
+                'the parameters after each step',
+            ),
+            'signs': (
+                'the parameters after each step: off',
+            ),
+        },
+        'every_rank_steps_everything': {
+            'always': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+            ),
+            'may': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+            ),
+            'wrong': (
+                "the optimizer state's bytes on a rank",
+            ),
+            'signs': (
+                "the optimizer state's bytes on a rank: off",
+                "the optimizer state's bytes on a rank: ×world_size",
+            ),
+        },
+        'no_sharding_balanced_looking_state': {
+            'always': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+            ),
+            'may': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+            ),
+        },
+        'round_robin_unbalanced': {
+            'always': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+            ),
+            'may': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+            ),
+            'wrong': (
+                "the optimizer state's bytes on a rank",
+            ),
+            'signs': (
+                "the optimizer state's bytes on a rank: off",
+                "the optimizer state's bytes on a rank: ÷world_size²",
+            ),
+        },
+        'drops_group_hyperparameters': {
+            'always': (
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+            ),
+            'may': (
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+            ),
+            'wrong': (
+                'the parameters after each step',
+            ),
+            'signs': (
+                'the parameters after each step: off',
+            ),
+        },
+        'no_add_param_group': {
+            'always': (
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+            ),
+            'may': (
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+            ),
+            'wrong': (
+                "the optimizer state's bytes on a rank",
+                'the parameters after each step',
+            ),
+            'signs': (
+                "the optimizer state's bytes on a rank: off",
+                'the parameters after each step: off',
+            ),
+        },
+        'empty_shard_crashes': {
+            'always': (
+                'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'may': (
+                'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+        'only_the_owner_broadcasts': {
+            'always': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+                'Every rank holds the same parameters after every step()',
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+                'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
+                'Matches unsharded SGD with momentum after several steps (3 ranks)',
+                'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'may': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+                'Every rank holds the same parameters after every step()',
+                "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+                'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
+                'Matches unsharded SGD with momentum after several steps (3 ranks)',
+                'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+    },
+    'TensorParallelMLP': {
+        'all_reduce_in_f_and_g_forward': {
+            'always': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'may': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'wrong': (
+                'fc1.bias (gradient)',
+                'fc1.weight (gradient)',
+                'fc2.weight (gradient)',
+                'the output',
+                "x's gradient",
+            ),
+            'signs': (
+                'fc1.bias (gradient): off',
+                'fc1.weight (gradient): off',
+                'fc2.weight (gradient): off',
+                'the output: off',
+                "x's gradient: off",
+            ),
+        },
+        'no_backward_all_reduce': {
+            'always': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'may': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'wrong': (
+                "x's gradient",
+            ),
+            'signs': (
+                "x's gradient: off",
+            ),
+        },
+        'autograd_all_reduce_for_g': {
+            'always': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'may': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'wrong': (
+                'fc1.bias (gradient)',
+                'fc1.weight (gradient)',
+                'fc2.weight (gradient)',
+                "x's gradient",
+            ),
+            'signs': (
+                'fc1.bias (gradient): ×world_size',
+                'fc1.weight (gradient): ×world_size',
+                'fc2.weight (gradient): ×world_size',
+                "x's gradient: ×world_size",
+            ),
+        },
+        'averages_instead_of_summing': {
+            'always': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'may': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'wrong': (
+                'the output',
+                "x's gradient",
+            ),
+            'signs': (
+                'the output: off',
+                "x's gradient: ÷world_size",
+            ),
+        },
+        'fc2_bias_on_every_rank': {
+            'always': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+            ),
+            'may': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+            ),
+            'wrong': (
+                'the output',
+            ),
+            'signs': (
+                'the output: off',
+            ),
+        },
+        'interleaved_shards': {
+            'always': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'may': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'wrong': (
+                'fc1.bias (gradient)',
+                'fc1.bias (value)',
+                'fc1.weight (gradient)',
+                'fc1.weight (value)',
+                'fc2.weight (gradient)',
+                'fc2.weight (value)',
+                'the output',
+                "x's gradient",
+            ),
+            'signs': (
+                'fc1.bias (gradient): off',
+                'fc1.bias (value): off',
+                'fc1.weight (gradient): off',
+                'fc1.weight (value): off',
+                'fc2.weight (gradient): off',
+                'fc2.weight (value): off',
+                'the output: off',
+                "x's gradient: off",
+            ),
+        },
+        'unsplit_mlp_on_every_rank': {
+            'always': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'may': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'wrong': (
+                'the output',
+                "x's gradient",
+            ),
+            'signs': (
+                'the output: off',
+                "x's gradient: off",
+            ),
+        },
+        'full_mlp_with_shard_parameters_and_token_all_reduces': {
+            'always': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'may': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'wrong': (
+                'the output',
+                "x's gradient",
+            ),
+            'signs': (
+                'the output: off',
+                "x's gradient: off",
+            ),
+        },
+        'all_gathers_the_hidden_activations': {
+            'always': (
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+            ),
+            'may': (
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+            ),
+        },
+        'gathers_the_weights': {
+            'always': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+            ),
+            'may': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+            ),
+        },
+        'returns_this_ranks_partial_output': {
+            'always': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+            ),
+            'may': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+            ),
+            'wrong': (
+                'the output',
+            ),
+            'signs': (
+                'the output: off',
+            ),
+        },
+        'constant_output': {
+            'always': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'may': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'wrong': (
+                'the output',
+                "x's gradient",
+            ),
+            'signs': (
+                'the output: zeros',
+                "x's gradient: missing",
+            ),
+        },
+        'parallelize_module': {
+            'always': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'may': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+        'shards_the_wrong_dimension': {
+            'always': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'may': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
+                'Output, x.grad and shard gradients are right on 3 ranks',
+                "The output equals the single-process MLP's on every rank (2 ranks)",
+                'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+        'deadlocks_on_three_ranks': {
+            'always': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+            ),
+            'may': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+                'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                'Output, x.grad and shard gradients are right on 3 ranks',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+    },
+    'average_gradients': {
+        'sums_without_dividing': {
+            'always': (
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'may': (
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'wrong': (
+                'params_before',
+                'the gradients after your call',
+                'the gradients before your call',
+                'the parameters after training',
+                'the parameters after your call',
+            ),
+            'signs': (
+                'params_before: off',
+                'the gradients after your call: off',
+                'the gradients after your call: ×world_size',
+                'the gradients before your call: off',
+                'the parameters after training: off',
+                'the parameters after your call: off',
+            ),
+        },
+        'divides_twice': {
+            'always': (
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'may': (
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'wrong': (
+                'params_before',
+                'the gradients after your call',
+                'the gradients before your call',
+                'the parameters after training',
+                'the parameters after your call',
+            ),
+            'signs': (
+                'params_before: off',
+                'the gradients after your call: off',
+                'the gradients after your call: ÷world_size',
+                'the gradients before your call: off',
+                'the parameters after training: off',
+                'the parameters after your call: off',
+            ),
+        },
+        'hard_coded_two': {
+            'always': (
+                'Uses the real world size (3 ranks)',
+            ),
+            'may': (
+                'Uses the real world size (3 ranks)',
+            ),
+            'wrong': (
+                'params_before',
+                'the gradients after your call',
+                'the gradients before your call',
+                'the parameters after training',
+                'the parameters after your call',
+            ),
+            'signs': (
+                'params_before: off',
+                'the gradients after your call: off',
+                'the gradients before your call: off',
+                'the parameters after training: off',
+                'the parameters after your call: off',
+            ),
+        },
+        'divides_by_a_constant': {
+            'always': (
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'may': (
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'wrong': (
+                'params_before',
+                'the gradients after your call',
+                'the gradients before your call',
+                'the parameters after training',
+                'the parameters after your call',
+            ),
+            'signs': (
+                'params_before: off',
+                'the gradients after your call: off',
+                'the gradients after your call: ÷world_size',
+                'the gradients before your call: off',
+                'the parameters after training: off',
+                'the parameters after your call: off',
+            ),
+        },
+        'broadcasts_rank_zero': {
+            'always': (
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'may': (
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'wrong': (
+                'params_before',
+                'the gradients after your call',
+                'the gradients before your call',
+                'the parameters after training',
+                'the parameters after your call',
+            ),
+            'signs': (
+                'params_before: off',
+                'the gradients after your call: off',
+                'the gradients after your call: unchanged',
+                'the gradients before your call: off',
+                'the parameters after training: off',
+                'the parameters after your call: off',
+            ),
+        },
+        'reduces_to_rank_zero': {
+            'always': (
+                'Every rank holds the same gradients after the call (all-reduce, not reduce)',
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'may': (
+                'Every rank holds the same gradients after the call (all-reduce, not reduce)',
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'wrong': (
+                'params_before',
+                'the gradients after your call',
+                'the gradients before your call',
+                'the parameters after training',
+                'the parameters after your call',
+            ),
+            'signs': (
+                'params_before: off',
+                'the gradients after your call: off',
+                'the gradients before your call: off',
+                'the parameters after training: off',
+                'the parameters after your call: off',
+            ),
+        },
+        'grads_unchanged': {
+            'always': (
+                'Changes the gradients only, never the parameters',
+                'Every rank holds the same gradients after the call (all-reduce, not reduce)',
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'may': (
+                'Changes the gradients only, never the parameters',
+                'Every rank holds the same gradients after the call (all-reduce, not reduce)',
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'wrong': (
+                'params_before',
+                'the gradients after your call',
+                'the gradients before your call',
+                'the parameters after training',
+                'the parameters after your call',
+            ),
+            'signs': (
+                'params_before: off',
+                'the gradients after your call: unchanged',
+                'the gradients before your call: off',
+                'the parameters after training: off',
+                'the parameters after your call: off',
+            ),
+        },
+        'averages_parameters': {
+            'always': (
+                'Changes the gradients only, never the parameters',
+                'Every rank holds the same gradients after the call (all-reduce, not reduce)',
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'may': (
+                'Changes the gradients only, never the parameters',
+                'Every rank holds the same gradients after the call (all-reduce, not reduce)',
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'wrong': (
+                'params_before',
+                'the gradients after your call',
+                'the gradients before your call',
+                'the parameters after training',
+                'the parameters after your call',
+            ),
+            'signs': (
+                'params_before: off',
+                'the gradients after your call: unchanged',
+                'the gradients before your call: off',
+                'the parameters after training: off',
+                'the parameters after your call: off',
+            ),
+        },
+        'also_steps_the_parameters': {
+            'always': (
+                'Changes the gradients only, never the parameters',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'may': (
+                'Changes the gradients only, never the parameters',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'wrong': (
+                'params_before',
+                'the gradients after your call',
+                'the gradients before your call',
+                'the parameters after training',
+                'the parameters after your call',
+            ),
+            'signs': (
+                'params_before: off',
+                'the gradients after your call: off',
+                'the gradients before your call: off',
+                'the parameters after training: off',
+                'the parameters after your call: off',
+            ),
+        },
+        'crashes_on_missing_grad': {
+            'always': (
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+            ),
+            'may': (
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+        'zero_fills_missing_grads': {
+            'always': (
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+            ),
+            'may': (
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+            ),
+            'wrong': (
+                'params_before',
+                'the gradients before your call',
+                'the parameters after training',
+                'the parameters after your call',
+            ),
+            'signs': (
+                'params_before: off',
+                'the gradients before your call: off',
+                'the parameters after training: off',
+                'the parameters after your call: off',
+            ),
+        },
+        'stops_at_first_missing_grad': {
+            'always': (
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+            ),
+            'may': (
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+            ),
+            'wrong': (
+                'params_before',
+                'the gradients before your call',
+                'the parameters after training',
+                'the parameters after your call',
+            ),
+            'signs': (
+                'params_before: off',
+                'the gradients before your call: off',
+                'the parameters after training: off',
+                'the parameters after your call: off',
+            ),
+        },
+        'deadlocks_rank_one': {
+            'always': (
+                'Changes the gradients only, never the parameters',
+                'Every rank holds the same gradients after the call (all-reduce, not reduce)',
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'may': (
+                'Changes the gradients only, never the parameters',
+                'Every rank holds the same gradients after the call (all-reduce, not reduce)',
+                'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+                'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
+                'Training with it matches DDP and one process on the full batch (2 ranks)',
+                'Uses the real world size (3 ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
                 'raised',
             ),
         },
@@ -652,6 +2414,250 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the schedule table: differs',
+            ),
+        },
+    },
+    'ring_attention': {
+        'all_gathers_k_and_v': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+            ),
+        },
+        'ring_that_keeps_every_chunk': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+            ),
+        },
+        'merge_all_partials_at_the_end_float64': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+            ),
+        },
+        'sends_after_the_last_step': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+            ),
+        },
+        'ring_runs_backwards': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+            ),
+            'wrong': (
+                'the output',
+            ),
+            'signs': (
+                'the output: off',
+            ),
+        },
+        'causal_mask_on_local_positions': {
+            'always': (
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+            ),
+            'may': (
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+            ),
+            'wrong': (
+                'the output',
+            ),
+            'signs': (
+                'the output: off',
+            ),
+        },
+        'chunk_offsets_wrong': {
+            'always': (
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+            ),
+            'may': (
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+            ),
+            'wrong': (
+                'the output',
+            ),
+            'signs': (
+                'the output: off',
+            ),
+        },
+        'local_attention_only': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'wrong': (
+                'the output',
+            ),
+            'signs': (
+                'the output: off',
+            ),
+        },
+        'returns_q': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'wrong': (
+                'the output',
+            ),
+            'signs': (
+                'the output: off',
+            ),
+        },
+        'missing_scale': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'wrong': (
+                'the output',
+            ),
+            'signs': (
+                'the output: off',
+            ),
+        },
+        'missing_last_step': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'wrong': (
+                'the output',
+            ),
+            'signs': (
+                'the output: off',
+            ),
+        },
+        'partial_outputs_averaged': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'wrong': (
+                'the output',
+            ),
+            'signs': (
+                'the output: off',
+            ),
+        },
+        'receives_half_the_message': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+        'deadlocks_on_three_ranks': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
             ),
         },
     },
