@@ -54,6 +54,26 @@ def test_the_report_counts_mistakes_pass_rates_and_who_needs_attention():
     assert attention["dee"]["why"] == ["nothing started"]
 
 
+def test_any_exercise_at_zero_or_raising_needs_attention_and_timings_read_in_words():
+    """Not only a student with nothing started: one exercise at 0 of two, or one that raised, is flagged; a
+    localised cause ("where: ...") counts as no known mistake; the timing table has words, not run.json's keys."""
+    from autograder.grader.class_report import timing_rows
+
+    raised = _row("gus", exercise="other", score=5)
+    raised.diagnosis = {"kind": "unknown", "located": ["Your function raised ValueError: x when called."]}
+    rows = [_row("fay", score=0, checks=[]), _row("fay", exercise="other", score=4), _row("gus"), raised,
+            _row("hal", score=3, cause="where: dk ×√d")]
+    rows[0].checks = [{"title": "t", "points": 1.0, "score": 0.0, "feedback": "f"}]
+    report = build(rows, ["train_with_accumulation", "other"], {"seconds": 12.0}, [])
+    attention = {a["student"]: a["why"] for a in report.attention}
+    assert attention["fay"] == ["train_with_accumulation: 0 points"]
+    assert attention["gus"] == ["other: it raised an error"] and "hal" not in attention
+    mistakes = {m["id"]: m["students"] for m in report.exercises[0].mistakes}
+    assert mistakes == {"(no known mistake)": ["fay", "hal"]}
+    labels = dict(timing_rows({"phases": {"reference_s": 1.234, "run_s": 20.41, "worker_peak_mib": 300.0}}))
+    assert all("_" not in label for label in labels) and labels["largest memory of one worker"] == "300.0 MiB"
+
+
 def test_every_student_controlled_string_is_escaped(tmp_path):
     rows = [_row(EVIL, score=0, cause="not_started", review=[f"line 1: replaces {EVIL}"]),
             _row("=HYPERLINK(\"http://x\")", score=0, graded=False, feedback=EVIL + "\x1b[2J")]

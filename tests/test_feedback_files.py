@@ -56,7 +56,7 @@ def test_the_autograded_notebook_shows_the_same_report():
     cell = {"cell_type": "code", "source": "", "outputs": []}
     _report_cell(cell, _row())
     text = cell["outputs"][0]["text"]
-    assert text.startswith("train_with_accumulation: 3 / 11 points") and "Most likely cause (`loss_not_divided`)" in text
+    assert text.startswith("train_with_accumulation: 3 / 11 points") and "Most likely cause (loss_not_divided)" in text
     assert not any(advice in text for advice in WRONG_ADVICE)
 
 
@@ -71,5 +71,5 @@ def test_the_self_check_prints_the_cause_first(capsys):
     fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", source)], EX)
     assert check(EX, fn) == 3.0
     printed = capsys.readouterr().out
-    assert printed.splitlines()[1].strip().startswith("Most likely cause (`loss_not_divided`)"), printed
+    assert printed.splitlines()[1].strip().startswith("Most likely cause (loss_not_divided)"), printed
     assert not any(advice in printed for advice in WRONG_ADVICE)

@@ -26,7 +26,7 @@ from submission_factory import filled, reference_source, released_notebook
 
 from autograder.authoring.course import load_course, reference_function
 from autograder.authoring.reference_files import stale_references
-from autograder.authoring.studentkit import KIT, find_leaks, solution_bodies, student_files
+from autograder.authoring.studentkit import KIT, catalogue_leaks, find_leaks, solution_bodies, student_files
 from autograder.exercises import get_exercise
 from autograder.selfcheck import check
 from autograder.selfcheck import recorded as observations
@@ -206,6 +206,21 @@ def test_the_leak_scanner_finds_solution_code_wherever_it_is(tmp_path):
             z.writestr("pkg/inner.zip", inner.getvalue())
         found = find_leaks(folder)
         assert any(f"solution code of `{exercise}`" in p for p in found), (exercise, found)
+
+
+def test_no_catalogue_of_mistakes_quotes_a_line_of_a_solution(tmp_path):
+    """The catalogues (and their localisation declarations) ship in the kit and are read without making the
+    mistake: their fix texts describe the change in words. One planted line is found, inside a wheel too."""
+    bodies = solution_bodies()
+    catalogues = sorted((REPO / "autograder" / "exercises").glob("*/mistakes.py"))
+    assert len(catalogues) >= 10
+    for path in catalogues + [REPO / "autograder" / "exercises" / "localise.py"]:
+        assert catalogue_leaks(str(path.relative_to(REPO)), path.read_text(), bodies) == [], path
+    line = next(line for line in bodies["train_amp"] if line.startswith("with torch.autocast"))
+    planted = (REPO / "autograder/exercises/train_amp/mistakes.py").read_text() + f"\nFIX = 'Use `{line}`.'\n"
+    with zipfile.ZipFile(tmp_path / "kit.whl", "w") as z:
+        z.writestr("autograder/exercises/train_amp/mistakes.py", planted)
+    assert any("quotes a line of the solution of `train_amp`" in p for p in find_leaks(tmp_path))
 
 
 @pytest.mark.slow

@@ -183,11 +183,30 @@ def _contains_run(haystack: list[str], needle: list[str]) -> bool:
     return any(haystack[i:i + n] == needle for i in range(len(haystack) - n + 1))
 
 
+CATALOGUES = ("mistakes.py", "localise.py", "feedback.py", "diagnosis.py")  # the texts feedback is made of
+
+
+def _statement(line: str) -> bool:
+    """A solution line a student could paste: a long one, or a block's header (for/with/if ...:), not an API name
+    the lesson teaches in prose (``optimizer.step()``)."""
+    return len(line) >= 24 or (line.endswith(":") and line.split(" ", 1)[0] in ("for", "with", "if", "while", "def"))
+
+
+def catalogue_leaks(name: str, text: str, bodies: dict[str, list[str]]) -> list[str]:
+    """A catalogue of mistakes (and its localisation declaration) ships with the kit and is read without making the
+    mistake: no single line of a solution may appear in it, not even inside a fix's sentence."""
+    if not name.endswith(CATALOGUES):
+        return []
+    return [f"{name}: quotes a line of the solution of `{exercise}`: {line!r}"
+            for exercise, lines in bodies.items() for line in dict.fromkeys(lines) if _statement(line) and line in text]
+
+
 def find_leaks(folder: Path, window: int = 4) -> list[str]:
     """Every place under ``folder`` (archives unpacked) holding solution code, a solution marker or an
     instructor-only file. Solution code counts as found when any ``window`` consecutive code lines of a solution
     (the whole body if it is shorter) appear in a file, in order. Four, not three: Lesson 2 rightly teaches
-    GradScaler's three-line idiom (scale(loss).backward(), step, update) that every AMP loop contains."""
+    GradScaler's three-line idiom (scale(loss).backward(), step, update) that every AMP loop contains. A catalogue of
+    mistakes may not hold even one line (``catalogue_leaks``)."""
     bodies = solution_bodies()
     needles = {ex: [body[i:i + window] for i in range(max(1, len(body) - window + 1))] for ex, body in bodies.items()}
     problems = []
@@ -199,6 +218,7 @@ def find_leaks(folder: Path, window: int = 4) -> list[str]:
             for marker in SOLUTION_MARKERS:
                 if marker in text:
                     problems.append(f"{name}: contains the marker {marker!r}")
+            problems += catalogue_leaks(name, text, bodies)
             lines = _code_lines(text)
             for exercise, runs in needles.items():
                 if any(run and _contains_run(lines, run) for run in runs):

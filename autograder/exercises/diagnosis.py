@@ -15,7 +15,10 @@ saw, in words ("with accumulation_steps=2 the first step's gradient is 2 × the 
 * ``cause``: one or more catalogue mistakes whose fingerprints match, each with the failed checks it explains
   (their own advice is then withheld: it assumed they were the only failure); failed checks no cause explains keep
   their advice;
-* ``unknown``: the failures do not match a known mistake; every failed check speaks for itself.
+* ``consistent``: fingerprints match, but what those mistakes need to be right is not (``Mistake.requires``): the
+  localisation leads, and the mistakes are named only as possibilities;
+* ``unknown``: the failures do not match a known mistake; the localisation (``localise.py``) says which results
+  are wrong, where and by how much, and the failed checks it does not explain speak for themselves.
 
 Every mistake whose fingerprint matches is reported, so two mistakes at once are never reported as one. A
 fingerprint that cannot read what it needs (the scenario failed, a value is missing) simply does not match. The
@@ -25,6 +28,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from .localise import Localisation, Locate, localise
 from .parse import parse_observation
 from .protocol import CheckResult, Exercise
 from .reading import NOT_DONE
@@ -45,6 +49,10 @@ class Mistake:
     # ids of mistakes this one includes (EVERY: all), dropped when it matches: a function that does nothing also
     # "forgets" each of the exercise's steps, but that is one mistake, not many
     includes: tuple[str, ...] = ()
+    # what must be RIGHT for the mistake to fit, (parsed student, reference) -> bool: the fingerprint's signs can
+    # come from other mistakes too (which ranks come out right); when this fails or cannot be read, the cause is
+    # only "consistent with" the observation, never the confident heading
+    requires: Callable[[dict, dict], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -59,16 +67,21 @@ class Cause:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    kind: str                               # "passed", "not_started", "cause" or "unknown"
+    kind: str                               # "passed", "not_started", "cause", "consistent" or "unknown"
     causes: tuple[Cause, ...] = ()
     unexplained: tuple[str, ...] = ()       # titles of failed checks that no cause explains
+    located: tuple[str, ...] = ()           # localisation.py's sentences: what is wrong, where, by how much; right
+    located_short: str = ""                 # "dk ×√d": grades.csv's `cause` when no cause is named with confidence
 
     @property
     def cause_id(self) -> str:
-        """grades.csv's `cause`: the catalogue id(s), joined by "+" when several, "not_started", or empty."""
+        """grades.csv's `cause`: the catalogue id(s), joined by "+" when several, "not_started", or the
+        localisation's short form (``dk ×√d``) when no cause is named with confidence, or empty."""
         if self.kind == "not_started":
             return "not_started"
-        return "+".join(c.id for c in self.causes)
+        if self.kind == "cause":
+            return "+".join(c.id for c in self.causes)
+        return f"where: {self.located_short}" if self.located_short else ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,18 +91,36 @@ class Diagnosis:
         if not data:
             return None
         causes = tuple(Cause(**{**c, "explains": tuple(c["explains"])}) for c in data.get("causes", ()))
-        return cls(data["kind"], causes, tuple(data.get("unexplained", ())))
+        return cls(data["kind"], causes, tuple(data.get("unexplained", ())), tuple(data.get("located", ())),
+                   str(data.get("located_short", "")))
+
+
+def _mistakes_module(exercise: Exercise):
+    try:
+        return importlib.import_module(f"{exercise.package}.mistakes")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{exercise.package}.mistakes":
+            raise
+        return None
 
 
 def catalogue(exercise: Exercise) -> list[Mistake]:
     """The exercise's known mistakes (``<package>.mistakes.MISTAKES``), or none when it has no catalogue."""
+    return list(getattr(_mistakes_module(exercise), "MISTAKES", []))
+
+
+def locate_spec(exercise: Exercise) -> Locate:
+    """The exercise's localisation declaration (``<package>.mistakes.LOCATE``), or the generic one."""
+    return getattr(_mistakes_module(exercise), "LOCATE", None) or Locate()
+
+
+def located(exercise: Exercise, parsed: dict, reference: dict) -> Localisation | None:
+    """The localisation of a failed observation, or None when it finds nothing (it never stops a diagnosis)."""
     try:
-        module = importlib.import_module(f"{exercise.package}.mistakes")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{exercise.package}.mistakes":
-            raise
-        return []
-    return list(getattr(module, "MISTAKES", []))
+        found = localise(locate_spec(exercise), parsed, reference)
+    except Exception:  # a shape nobody foresaw: no localisation, the checks still speak
+        return None
+    return None if found.empty else found
 
 
 def not_started(results: list[CheckResult], student=None) -> bool:
@@ -135,6 +166,8 @@ def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[C
     if not_started(results, student):
         return Diagnosis("not_started")
     parsed = {**parse_observation(student, reference), "raw": student}  # "raw": see raw_text
+    where = located(exercise, parsed, reference)
+    lines, short = (tuple(where.lines()), where.short) if where else ((), "")
     matched = []
     for mistake in catalogue(exercise) if mistakes is None else mistakes:
         seen = fingerprint(mistake, parsed, reference)
@@ -143,12 +176,55 @@ def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[C
             matched.append((mistake, Cause(mistake.id, mistake.did, mistake.why, mistake.fix, seen, titles)))
     included = {other.id for mistake, _ in matched for other, _ in matched if other is not mistake
                 and (EVERY == mistake.includes or other.id in mistake.includes)}
-    causes = [cause for mistake, cause in matched if mistake.id not in included]
-    explained = {t for cause in causes for t in cause.explains}
-    if not causes:
-        return Diagnosis("unknown", (), tuple(failed))
-    causes.sort(key=lambda c: -len(c.explains))  # the most likely first: the one that explains the most
-    return Diagnosis("cause", tuple(causes), tuple(t for t in failed if t not in explained))
+    kept = [(mistake, cause) for mistake, cause in matched if mistake.id not in included]
+    if not kept:
+        return Diagnosis("unknown", (), tuple(failed), lines, short)
+    record = known(exercise)
+    fits = [cause for mistake, cause in kept if holds(mistake, parsed, reference)
+            and set(record.get(mistake.id, {}).get("always", ())) <= set(failed)]
+    if not fits or not fits_completely(fits, record, failed, where):
+        # the signs are there, but the evidence does not fit completely: something the mistake needs to be right
+        # is not, a check it always fails passes here, or a failure or wrong result the causes do not account for
+        return Diagnosis("consistent", tuple(cause for _, cause in kept), tuple(failed), lines, short)
+    fits.sort(key=lambda c: -len(c.explains))  # the most likely first: the one that explains the most
+    return Diagnosis("cause", tuple(fits), (), lines, short)
+
+
+def fits_completely(causes: list[Cause], record: dict, failed: list[str], where: Localisation | None) -> bool:
+    """The causes account for all the evidence: every failed check is one they explain, and, where the variant suites
+    recorded what these mistakes do (``known_fails.py``), one their variants fail, and every result the localisation
+    finds wrong is one their variants get wrong, in a way they do ("dk: ×√d", "o: zeros"). Another bug that
+    happens to match a fingerprint fails elsewhere."""
+    if any(t not in {e for cause in causes for e in cause.explains} for t in failed):
+        return False
+    seen = [record.get(cause.id) for cause in causes]
+    if not all(seen):  # no record for a cause: its explained checks are all there is to go on
+        return True
+    may = {t for s in seen for t in s["may"]}
+    wrong = {q for s in seen for q in s["wrong"]}
+    signs = {q for s in seen for q in s.get("signs", ())} if all("signs" in s for s in seen) else None
+    found = set(where.wrong_quantities) | set(where.follow) if where else set()
+    return (set(failed) <= may and found <= wrong
+            and (signs is None or set(where.signs if where else ()) <= signs))
+
+
+def known(exercise: Exercise) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Per mistake id, what its named variants were seen to do (``known_fails.py``, generated from tests/variants
+    by ``tests/known_fails.py``): the checks they always fail ("always"), may fail ("may"), the results the
+    localisation finds wrong for them ("wrong") and how ("signs")."""
+    from .known_fails import KNOWN
+
+    return KNOWN.get(exercise.name, {})
+
+
+def holds(mistake: Mistake, student: dict, reference: dict) -> bool:
+    """What the mistake needs to be right is right (a mistake that states nothing: True)."""
+    if mistake.requires is None:
+        return True
+    try:
+        return mistake.requires(student, reference) is True
+    except Exception:  # cannot be read: not confirmed
+        return False
 
 
 def fingerprint(mistake: Mistake, student: dict, reference: dict) -> str:

@@ -28,6 +28,7 @@ from .similarity import Pair
 
 TEMPLATE = Path(__file__).with_name("class_report.html.j2")
 TIMED_OUT = "did not finish within"
+LOCATED = "where: "  # grades.csv's cause when no catalogue mistake is named (diagnosis.Diagnosis.cause_id)
 
 
 @dataclass
@@ -97,15 +98,17 @@ def build(rows: list[Row], exercises: list[str], run: dict, pairs: list[dict]) -
         causes = defaultdict(list)
         did = {}
         for r in graded:
-            for cause in (r.cause.split("+") if r.cause else []):
+            for cause in (r.cause.split("+") if r.cause and not r.cause.startswith(LOCATED) else []):
                 causes[cause].append(r.student)
             for c in (r.diagnosis or {}).get("causes", []):
                 did.setdefault(c["id"], c["did"])
         did.setdefault("not_started", "The function still raises NotImplementedError.")
-        unknown = [r.student for r in graded if r.score < r.max_score and not r.cause]
+        unknown = [r.student for r in graded
+                   if r.score < r.max_score and (not r.cause or r.cause.startswith(LOCATED))]
         if unknown:
             causes["(no known mistake)"] = unknown
-            did["(no known mistake)"] = "Failed checks that match no mistake of the catalogue: read these."
+            did["(no known mistake)"] = ("Failed checks that match no mistake of the catalogue (grades.csv's cause "
+                                         "says where their results go wrong): read these.")
         ex.mistakes = sorted(({"id": k, "did": did.get(k, ""), "count": len(v), "students": sorted(v)}
                               for k, v in causes.items()), key=lambda m: (-m["count"], m["id"]))
         found.append(ex)
@@ -116,15 +119,49 @@ def build(rows: list[Row], exercises: list[str], run: dict, pairs: list[dict]) -
         totals.append(100 * got / best if best else 0.0)
         why = [f"{r.exercise}: {'timed out' if TIMED_OUT in r.feedback else 'could not run'} ({r.feedback[:160]})"
                for r in mine if not r.graded]
-        if got == 0 and not why:
-            blank = all(r.cause == "not_started" for r in mine)
-            why.append("nothing started" if blank else "0 points in every exercise")
+        if got == 0 and not why and all(r.cause == "not_started" for r in mine):
+            why.append("nothing started")
+        elif got == 0 and not why:
+            why.append("0 points in every exercise")
+        else:  # any exercise at 0 or that raised, not only a student with nothing started
+            why += [f"{r.exercise}: {_zero_or_error(r)}" for r in mine if r.graded and _zero_or_error(r)]
         if why:
             attention.append({"student": student, "name": names[student], "total": got, "max": best,
                               "timed_out": any(TIMED_OUT in r.feedback for r in mine if not r.graded), "why": why})
     review = [{"student": r.student, "name": r.name, "exercise": r.exercise, "finding": f}
               for r in rows for f in r.review]
     return ClassReport(len(by_student), found, attention, review, pairs, run, totals)
+
+
+def _zero_or_error(row: Row) -> str:
+    """Why a graded exercise needs a look: 0 points (not started, or every check failed), or it raised."""
+    located = (row.diagnosis or {}).get("located", ())
+    raised = any(isinstance(line, str) and line.startswith("Your function raised") for line in located)
+    if row.score == 0:
+        return "0 points, not started" if row.cause == "not_started" else "0 points" + (", it raised" if raised else "")
+    return "it raised an error" if raised else ""
+
+
+PHASES = {  # run.json's phases in words: (label, unit)
+    "reference_s": ("observing the reference solutions", "s"),
+    "parse_s": ("reading the submissions, summed over students", "s"),
+    "run_s": ("running student code, summed over the workers (they run side by side)", "s"),
+    "verdict_s": ("checks and diagnosis, summed over students", "s"),
+    "worker_peak_mib": ("largest memory of one worker", "MiB"),
+    "grader_peak_mib": ("memory of the grading process", "MiB"),
+}
+
+
+def timing_rows(run: dict) -> list[tuple[str, str]]:
+    """The grading time table: readable labels, one unit each; unknown keys keep their name."""
+    rows = []
+    for key, value in (run.get("phases") or {}).items():
+        label, unit = PHASES.get(str(key), (str(key), ""))
+        try:
+            rows.append((label, f"{float(value):.1f} {unit}".strip()))
+        except (TypeError, ValueError):
+            continue
+    return rows
 
 
 # ---- plots (matplotlib, only here) ----------------------------------------------------------------
@@ -140,6 +177,7 @@ def plots(report: ClassReport) -> dict[str, str]:
 
     matplotlib.use("Agg", force=True)
     from matplotlib import pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
                          "text.usetex": False, "text.parse_math": False})
@@ -155,6 +193,7 @@ def plots(report: ClassReport) -> dict[str, str]:
             ax.set_title(f"{ex.name} (mean {ex.mean:.1f} / {ex.max_score:g})", fontsize=9)
             ax.set_xlabel("points")
             ax.set_ylabel("students")
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         for ax in list(axes.flat)[len(exercises):]:
             ax.axis("off")
         fig.tight_layout()
@@ -179,6 +218,7 @@ def plots(report: ClassReport) -> dict[str, str]:
             ax.barh(range(len(counts)), counts, color="#b3261e")
             ax.set_yticks(range(len(counts)), labels, fontsize=7)
             ax.set_xlabel("students")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # counts of students: whole numbers
             drawn["mistakes"] = _png(fig)
             plt.close(fig)
     return drawn
@@ -226,7 +266,7 @@ def render(report: ClassReport, drawn: dict[str, str]) -> str:
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["clean"] = lambda text: strip_controls(str(text))
-    return env.from_string(TEMPLATE.read_text()).render(r=report, plots=drawn)
+    return env.from_string(TEMPLATE.read_text()).render(r=report, plots=drawn, timings=timing_rows(report.run))
 
 
 def write_class_report(out: Path, rows: list[Row], exercises: list[str], run: dict,

@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..exercises.diagnosis import Diagnosis
-from ..exercises.feedback import Section, consequence_line, sections
+from ..exercises.feedback import Section, consequence_line, explained_line, sections
 from ..exercises.protocol import CheckResult
 from .escape import csv_cell, file_stem, md_code, md_text, strip_controls
 from .grading import Row
@@ -99,12 +99,14 @@ def feedback_markdown(student: str, rows: list[Row]) -> str:
         if not r.checks:
             lines += [f"Not graded: {md_text(r.feedback)}", ""]
         for section in _sections(r) if r.checks else []:
-            lines.append(("**" + md_text(section.heading) + "**") if section.kind in ("cause", "one_line")
+            lines.append(("**" + md_text(section.heading) + "**") if section.kind in ("cause", "one_line", "where")
                          else md_text(section.heading))
             lines.append("")
             lines += [f"- *{md_text(label)}:* {md_text(text)}" for label, text in section.details]
             if section.kind == "cause":
                 lines.append(f"- *{md_text(consequence_line(section))}*")
+            elif section.kind == "where" and section.checks:
+                lines.append(f"- *{md_text(explained_line(section))}*")
             for c in section.checks:
                 mark = "✅" if c.passed else "❌"
                 lines.append(f"- {mark} {md_text(c.title)} ({_number(c.score)}/{_number(c.points)})"
@@ -144,8 +146,10 @@ def feedback_html(student: str, rows: list[Row]) -> str:
                 continue
             parts.append(f"<div class='{e(section.kind)}'><p><b>{e(section.heading)}</b></p>")
             if section.details or section.kind == "cause":
+                follows = (consequence_line(section) if section.kind == "cause"
+                           else explained_line(section) if section.kind == "where" and section.checks else "")
                 parts.append("<dl>" + "".join(f"<dt>{e(label)}</dt><dd>{e(text)}</dd>" for label, text in section.details)
-                             + "</dl>" + (f"<p><i>{e(consequence_line(section))}</i></p>" if section.kind == "cause" else ""))
+                             + "</dl>" + (f"<p><i>{e(follows)}</i></p>" if follows else ""))
             parts.append("<ul>")
             for c in section.checks:
                 parts.append(f"<li class='{'pass' if c.passed else 'fail'}'>{'PASS' if c.passed else 'FAIL'} "

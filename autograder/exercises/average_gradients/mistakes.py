@@ -4,6 +4,7 @@ Built from, and tested against, the named wrong variants of tests/variants/avera
 (tests/test_diagnosis.py). Each rank records, per call, its gradients and parameters before and after the call.
 """
 from ..diagnosis import EVERY, Mistake, error_of, ran
+from ..localise import Locate
 from ..reading import DEADLOCK, close, flat, scale_factor
 from .cases import GRAD_ATOL
 
@@ -198,3 +199,11 @@ MISTAKES = [
             "Make every rank call the same collectives, in the same order, on tensors of the same shape.",
             deadlocks_rank_one),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"grads_after": "the gradients after your call", "params_after": "the parameters after your call",
+                       "final": "the parameters after training", "grads_before": "the gradients before your call"},
+                ignore=("forbidden", "collectives"), unchanged={"grads_after": "grads_before"},
+                positions={"grads_after": "parameter {n}", "grads_before": "parameter {n}"},
+                factors=lambda case: {"world_size": case["world_size"]})

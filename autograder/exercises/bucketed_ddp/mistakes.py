@@ -6,7 +6,8 @@ ready, an all-reduce issued, a wait, backward done); the reference carries DDP's
 with the checks' own ``gradient_problem``, which already tells a sum from an average and a rank from another.
 """
 from ..diagnosis import EVERY, Mistake, error_of, ran
-from ..reading import ABORTED, DEADLOCK
+from ..localise import Locate
+from ..reading import ABORTED, DEADLOCK, close
 from .checks import calls_per_step, gradient_problem
 
 
@@ -110,6 +111,13 @@ def launches_bucket_at_its_first_gradient(student, reference):
     return None
 
 
+def first_gradient_averaged(student, reference) -> bool:
+    """The gradient that launched the bucket is in it: at least one parameter's first-step gradient is DDP's."""
+    got = _ranks(student, "one_bucket")[0]["steps"][0]["grads"]
+    want = reference["scenarios"]["one_bucket"]["ranks"][0]["steps"][0]["grads"]
+    return any(close(g, w, atol=1e-6, rtol=1e-4) for g, w in zip(got, want))
+
+
 def hooks_on_frozen_parameters(student, reference):
     if "doesn't require gradient" in error_of(student, "special"):
         return "registering a hook on the frozen parameter raised an error"
@@ -172,7 +180,7 @@ MISTAKES = [
     Mistake("launches_bucket_at_its_first_gradient", "You launch a bucket's all-reduce when its first gradient is "
             "ready.", "Its other gradients are not in the buffer yet: they are sent as stale values or zeros.",
             "Launch the bucket only when all of its gradients are ready (count them).",
-            launches_bucket_at_its_first_gradient),
+            launches_bucket_at_its_first_gradient, requires=first_gradient_averaged),
     Mistake("hooks_on_frozen_parameters", "You register hooks on parameters that do not require gradients.",
             "A frozen parameter has no gradient and accepts no hook.",
             "Bucket and hook only parameters with requires_grad.", hooks_on_frozen_parameters),
@@ -189,3 +197,10 @@ MISTAKES = [
             "Build the buckets from the parameters in the same deterministic order on every rank.",
             rank_dependent_bucket_order),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"grads": "the gradients after backward", "final": "the parameters after training",
+                       "after_init": "the parameters after construction"},
+                positions={"grads": "parameter {n}"}, ignore=("events", "forbidden", "gated", "names"),
+                factors=lambda case: {"world_size": case["world_size"]})

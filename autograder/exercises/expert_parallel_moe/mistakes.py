@@ -7,6 +7,7 @@ collectives of its forward and backward passes ([operation, elements]); the refe
 (measured outside the ranks) are read only where they were measured on a loopback of the ranks' own.
 """
 from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
+from ..localise import Locate
 from ..reading import ABORTED, DEADLOCK, close, sent_too_much
 from .cases import TRAFFIC_RATIO
 from .checks import ATOL, RTOL, same_rows
@@ -167,3 +168,11 @@ MISTAKES = [
             "Each token's result must come back to its own row.",
             "Invert the sorting permutation (out[order] = results) before the gate.", not_unpermuted),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"output": "the output", "x_grad": "x's gradient", "expert_grads": "the experts' gradients",
+                       "router_grad": "the router's gradient", "tokens_per_expert": "the tokens per expert"},
+                positions={"expert_grads": "local expert {n}"},
+                ignore=("forward", "backward", "forbidden", "unsorted", "ungated"),
+                factors=lambda case: {"world_size": case["world_size"], "the number of experts": case["experts"]})

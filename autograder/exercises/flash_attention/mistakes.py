@@ -9,6 +9,7 @@ in combining tiles leaves it right while a mistake in every tile's arithmetic do
 import math
 
 from ..diagnosis import EVERY, Mistake, error_of, ran
+from ..localise import Locate
 from .checks import FP32_RTOL, relative_error
 from .checks import _largest_saved as largest_saved
 
@@ -81,6 +82,16 @@ def L_saved_as_max_only(student, reference):  # noqa: N802 (the variant's name)
     return None
 
 
+def every_gradient_wrong(student, reference) -> bool:
+    """An unnormalised P spoils dv as well as dq and dk."""
+    return not _right(student, reference, "plain", "dk") and not _right(student, reference, "plain", "dv")
+
+
+def dv_right(student, reference) -> bool:
+    """D enters dS only: dv, computed from P alone, stays right."""
+    return _right(student, reference, "plain", "dv")
+
+
 def float32_output_for_bf16(student, reference):
     dtypes = ran(student, "bf16")["dtypes"]
     if dtypes.get("output") == "float32":
@@ -136,10 +147,12 @@ MISTAKES = [
     Mistake("d_summed_over_one_key_tile", "You compute D = rowsum(dP ∘ P) inside each key tile.",
             "D must be the sum over the whole row of keys; per tile it is only part of it.",
             "Use D = rowsum(dO ∘ O) once per query row, before the tile loop.", D_summed_over_one_key_tile,
+            requires=dv_right,
             variants=("D_summed_over_one_key_tile",)),
     Mistake("l_saved_as_max_only", "You save the running max as L, without log of the running sum.",
             "Backward recomputes P = exp(S − L): with L = max only, P is not normalised.",
-            "Save L = m + log(l).", L_saved_as_max_only, variants=("L_saved_as_max_only",)),
+            "Save L = m + log(l).", L_saved_as_max_only, variants=("L_saved_as_max_only",),
+            requires=every_gradient_wrong),
     Mistake("float32_output_for_bf16", "You return float32 results for bfloat16 inputs.",
             "The contract returns o and the gradients in the inputs' dtype.",
             "Compute in float32, then cast o and dq, dk, dv to the inputs' dtypes.", float32_output_for_bf16),
@@ -158,3 +171,9 @@ MISTAKES = [
             "dq, dk and dv must all come back.", "Return (dq, dk, dv, None) from backward.", returns_zeros,
             includes=EVERY),
 ]
+
+# What the values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"output": "o", "dq": "dq", "dk": "dk", "dv": "dv", "dtypes": "the dtype of {}"},
+                ignore=("saved", "largest_tensor", "forbidden"),
+                factors=lambda case: {"√d": math.sqrt(case["d"]), "d": case["d"]},
+                tolerance=lambda case: FP32_RTOL * 10 if case["dtype"] == "float32" else 3e-2)

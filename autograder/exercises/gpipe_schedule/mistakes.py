@@ -4,6 +4,7 @@ Built from, and tested against, the named wrong variants of tests/variants/gpipe
 A fingerprint reads the raw table of the lesson's example (main_0) or of every main scenario, never trusting its shape.
 """
 from ..diagnosis import EVERY, Mistake, ran, raw_text
+from ..localise import Locate
 from .cases import EDGES, MAIN
 
 
@@ -89,10 +90,10 @@ def forward_without_stage_offset(student, reference):
 
 def one_f_one_b_order(student, reference):
     def test(t, p, m):
-        for s in range(p):
-            kinds = [_op(step[s])[0] for step in t if isinstance(step, list) and s < len(step) and _op(step[s])]
+        for stage in range(p):
+            kinds = [_op(step[stage])[0] for step in t if isinstance(step, list) and stage < len(step) and _op(step[stage])]
             if "B" in kinds and "F" in kinds[kinds.index("B"):]:
-                return f"stage {s} runs a forward after it has started its backwards (1F1B's order)"
+                return f"stage {stage} runs a forward after it has started its backwards (1F1B's order)"
         return None
     for key in MAIN:  # in some main scenario (with m <= p - 1 the two orders coincide)
         p, m = _pm(reference, key)
@@ -202,3 +203,8 @@ MISTAKES = [
             "Fill the slots with ('F', j) and ('B', j).", all_idle, includes=EVERY,
             variants=("idle_steps_of_the_right_length",)),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"length": "the schedule's length", "table": "the schedule table", "type": "the returned type"},
+                whole={"table": "time step"})

@@ -7,7 +7,9 @@ its gathered full parameters; the reference carries FSDP2's run (``fsdp2``). Rec
 reference's do not parse, so these fingerprints read the raw records.
 """
 from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
+from ..localise import RTOL, Locate
 from ..reading import ABORTED, DEADLOCK, close
+from .cases import BF16_RTOL
 
 
 def _ranks(student, key="fp32_two") -> list[dict]:
@@ -166,3 +168,11 @@ MISTAKES = [
             "A collective completes only when every rank calls it.",
             "Make every rank call the same collectives in the same order.", deadlocks_rank_one),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"losses": "the losses", "grad_norms": "the gradient norms", "full_params": "parameter {}",
+                       "shard_numel": "the shard size", "shard_dtypes": "the shards' dtypes"},
+                ignore=("between", "after_sync", "after_step", "forbidden"),
+                tolerance=lambda case: 2 * BF16_RTOL if case["param_dtype"] else RTOL,
+                factors=lambda case: {"world_size": case["world_size"]})

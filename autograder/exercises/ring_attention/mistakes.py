@@ -10,6 +10,7 @@ sampled peak), tell a ring that keeps what it no longer needs from one that does
 import math
 
 from ..diagnosis import EVERY, Mistake, error_of, ran, raw_scenario
+from ..localise import Locate
 from ..reading import ABORTED, DEADLOCK, close
 
 NCCL_HANG = "would hang under NCCL"  # coursekit.gpu_semantics's words (this module stays free of torch)
@@ -183,6 +184,12 @@ def partial_outputs_averaged(student, reference):
     return None
 
 
+def averages_partials(student, reference) -> bool:
+    """Every rank's output is the plain average of its chunks' own softmax outputs (what averaging gives)."""
+    return all(close(r["output"], want, atol=ATOL)
+               for r, want in zip(_ranks(student, "three_ranks"), reference["averaged"]["three_ranks"]))
+
+
 def receives_half_the_message(student, reference):
     if error_of(student, "two_ranks") == ABORTED:
         return "on 2 ranks gloo killed a rank: a message arrived with another size than the receiving buffer"
@@ -244,7 +251,7 @@ MISTAKES = [
     Mistake("partial_outputs_averaged", "You average the partial outputs instead of merging them with log-sum-exp "
             "weights.", "Each partial softmax is normalised over its own chunk; the right weights are each chunk's "
             "share of the total exp-sum.", "Keep each partial's log-sum-exp and rescale: out = Σ exp(lse_i − lse) out_i.",
-            partial_outputs_averaged),
+            partial_outputs_averaged, requires=averages_partials),
     Mistake("receives_half_the_message", "Your receive buffer has another size than what the neighbour sends.",
             "A point-to-point message must arrive into a buffer of exactly its shape.",
             "Receive into torch.empty_like(k) (and v).", receives_half_the_message),
@@ -258,3 +265,8 @@ MISTAKES = [
             "Post the send and the receive together with dist.batch_isend_irecv (or isend/irecv, then wait), or let "
             "even ranks send first and odd ranks receive first.", blocking_send_then_recv),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"output": "the output"}, ignore=("sends", "recvs", "collectives", "forbidden"),
+                factors=lambda case: {"world_size": case["world_size"], "√d": math.sqrt(case["d"])})

@@ -36,6 +36,24 @@ def full_attention(case: dict) -> list[list[float]]:
     return [tensor_data(part) for part in out.split(case["chunk"], dim=-2)]
 
 
+def averaged_partials(case: dict) -> list[list[float]]:
+    """What averaging each chunk's own softmax output gives, per rank (not the answer: the diagnosis checks that a
+    ring told "you average the partial outputs" really does)."""
+    chunks = [rank_chunk(case, r) for r in range(case["world_size"])]
+    out = []
+    for r, (q, _, _) in enumerate(chunks):
+        parts = []
+        for c, (_, k, v) in enumerate(chunks[:r + 1] if case["is_causal"] else chunks):
+            v = v.double()[..., :FINGERPRINT_COLUMNS] if case["measure_memory"] else v.double()
+            scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(case["d"])
+            if case["is_causal"] and c == r:
+                n = scores.size(-1)
+                scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+            parts.append(scores.softmax(-1) @ v)
+        out.append(tensor_data(sum(parts) / len(parts)))
+    return out
+
+
 # ---- observing: real ranks, the grader's own record of what travelled ---------------------------------
 
 class P2PLog:
@@ -115,4 +133,5 @@ def observe(fn, *, salt: int = 0) -> dict:
 def observe_reference(fn, *, salt: int = 0) -> dict:
     result = observe(fn, salt=salt)
     result["full"] = {name: full_attention(s["case"]) for name, s in result["scenarios"].items()}
+    result["averaged"] = {name: averaged_partials(s["case"]) for name, s in result["scenarios"].items()}
     return result

@@ -5,6 +5,7 @@ Built from, and tested against, the named wrong variants of tests/variants/saved
 fingerprint knows the bytes of an input, a weight or a buffer exactly.
 """
 from ..diagnosis import EVERY, Mistake, ran
+from ..localise import Locate
 
 KEYS = ("linear", "buffer", "slice", "block_sdpa", "block_bf16_dropout")
 
@@ -110,3 +111,8 @@ MISTAKES = [
             "Run the module under torch.autograd.graph.saved_tensors_hooks and sum the storages the pack hook sees.",
             does_nothing, includes=EVERY),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"bytes": "the byte count", "type": "the returned type"},
+                factors=lambda case: {"4 (bytes per float32)": 4, "the batch size": case["batch"]})

@@ -7,6 +7,7 @@ rank holds after each step, read outside the rank) carry the reference's and the
 same way: what the object shows can be shaped by the student, these cannot.
 """
 from ..diagnosis import EVERY, Mistake, error_of, ran
+from ..localise import Locate
 from ..reading import DEADLOCK
 from .checks import held_between_steps, same
 
@@ -177,3 +178,10 @@ MISTAKES = [
             "A broadcast is a collective: every rank must call it (the others receive).",
             "Have every rank call dist.broadcast(p, src=owner) for every parameter, in the same order.", deadlocks),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"initial": "the initial parameters", "steps": "the parameters after each step",
+                       "state_bytes": "the optimizer state's bytes on a rank"},
+                ignore=("checksums", "groups", "forbidden"),
+                factors=lambda case: {"world_size": case["world_size"]})

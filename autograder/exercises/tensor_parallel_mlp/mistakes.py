@@ -10,6 +10,7 @@ scenario's bytes per pass (measured outside the ranks) are read only where they 
 ranks' own (``reading.measured_privately``).
 """
 from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
+from ..localise import Locate
 from ..reading import DEADLOCK, close, measured_privately
 from .cases import TRAFFIC_RATIO
 
@@ -301,3 +302,10 @@ MISTAKES = [
             "Make every rank call the same collectives in the same order, whatever the world size.",
             deadlocks_on_three_ranks),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"output": "the output", "x_grad": "x's gradient", "shards": "{}", "value": "(value)",
+                       "grad": "(gradient)"},
+                ignore=("forward", "backward", "forbidden"),
+                factors=lambda case: {"world_size": case["world_size"]})

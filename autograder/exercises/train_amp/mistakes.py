@@ -5,6 +5,7 @@ Many mistakes change how often the optimizer steps, and then a scenario does not
 another length than the reference's): those fingerprints read the raw scenario (``raw_scenario``), defensively.
 """
 from ..diagnosis import EVERY, Mistake, raw_scenario
+from ..localise import Locate
 
 
 def _raw(student, key) -> dict:
@@ -82,6 +83,11 @@ def loss_not_scaled(student, reference):
     if "Attempted unscale_" in _error(student, "fp16_default"):
         return "GradScaler refused to step: it had scaled no loss in this iteration"
     return None
+
+
+def gradients_reach_the_parameters(student, reference) -> bool:
+    """Without a scaler (bfloat16) the first step moves the parameters: backward does run."""
+    return any(x != 0 for x in _raw(student, "bf16")["first_update"])
 
 
 def optimizer_step_instead_of_scaler_step(student, reference):
@@ -189,10 +195,10 @@ def untrained(student, reference):
 MISTAKES = [
     Mistake("clips_before_unscaling", "You clip the gradient norm while the gradients are still multiplied by the "
             "loss scale.", "The scaled norm is S times the true one, so clipping shrinks the true gradients by about S.",
-            "Call scaler.unscale_(optimizer) first, then clip_grad_norm_, then scaler.step(optimizer).",
+            "Unscale the gradients through the scaler (its unscale_ method) first, then clip, then step through the scaler.",
             clips_before_unscaling, variants=("clips_before_unscaling_then_unscales",)),
     Mistake("never_clips", "You never clip the gradient norm.", "max_norm bounds each step's gradient norm.",
-            "After scaler.unscale_(optimizer), call torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).",
+            "After unscaling through the scaler, clip the gradient norm of all parameters to max_norm (clip_grad_norm_).",
             never_clips),
     Mistake("no_max_norm_argument", "Your function has no max_norm parameter.",
             "The contract's signature takes max_norm (default 1.0) and clips to it.",
@@ -203,11 +209,12 @@ MISTAKES = [
                       "no_scaler_argument", "update_once_after_the_loop")),
     Mistake("torch_cuda_amp", "You use torch.cuda.amp's autocast() and GradScaler().",
             "Their defaults are for CUDA: on another device autocast does nothing and the scaler is disabled.",
-            "Use torch.autocast(device.type, dtype=dtype) and torch.amp.GradScaler(device.type).", torch_cuda_amp,
+            "Use torch.autocast and torch.amp.GradScaler, each given the model's device type (and autocast the dtype).",
+            torch_cuda_amp,
             variants=("seed_torch_cuda_amp",), includes=("scaler_without_device_type",)),
     Mistake("forward_outside_autocast", "Your model's forward pass does not run under autocast.",
             "Only what runs inside the autocast context is computed in low precision.",
-            "Run the forward pass and the loss inside `with torch.autocast(device.type, dtype=dtype):`.",
+            "Run the forward pass and the loss inside a torch.autocast context for the device type and the dtype argument.",
             forward_outside_autocast, variants=("no_autocast", "autocast_on_the_loss_only")),
     Mistake("hard_coded_float16", "You pass dtype=torch.float16 to autocast whatever the dtype argument is.",
             "A caller asking for bfloat16 then trains in float16.", "Pass the dtype argument on to torch.autocast.",
@@ -223,11 +230,12 @@ MISTAKES = [
             "Create torch.amp.GradScaler(device.type).", scaler_without_device_type),
     Mistake("no_scaler_in_fp16", "You train in float16 without a GradScaler.",
             "Small fp16 gradients underflow to zero and overflowing steps are not skipped.",
-            "Scale the loss with a GradScaler: scaler.scale(loss).backward(), scaler.step(optimizer), scaler.update().",
+            "Scale the loss with a GradScaler before backward, step through the scaler, and update it after each step.",
             no_scaler_in_fp16),
-    Mistake("loss_not_scaled", "You call loss.backward() instead of scaler.scale(loss).backward().",
-            "The scaler then has nothing to unscale and refuses to step.", "Backward the scaled loss: "
-            "scaler.scale(loss).backward().", loss_not_scaled),
+    Mistake("loss_not_scaled", "You call backward() on the loss itself, not on the scaler's scaled loss.",
+            "The scaler then has nothing to unscale and refuses to step.",
+            "Call backward() on what scaler.scale returns for the loss.", loss_not_scaled,
+            requires=gradients_reach_the_parameters),
     Mistake("optimizer_step_instead_of_scaler_step", "You call optimizer.step() instead of scaler.step(optimizer).",
             "Only scaler.step skips a step whose gradients overflowed; optimizer.step applies inf/NaN updates.",
             "Step through the scaler: scaler.step(optimizer), then scaler.update().", optimizer_step_instead_of_scaler_step),
@@ -262,3 +270,15 @@ MISTAKES = [
             "Write the training loop the docstring describes.", untrained, includes=EVERY,
             variants=("returns_the_model_untrained",)),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"params": "the parameters after training", "first_update": "the first update of the parameters",
+                       "step_grad_norms": "the gradient norms", "steps": "the number of optimizer steps",
+                       "updates": "{}", "scale": "the loss scale", "scaler": "the scaler used",
+                       "enabled": "the scaler being enabled",
+                       "training": "the model's training mode", "dropout_active": "dropout being active",
+                       "activation_dtypes": "the activations' dtypes", "param_dtypes": "the parameters' dtypes",
+                       "returned_model": "the returned model", "returned_type": "the returned type",
+                       "stale_grads_at_backward": "stale gradients at backward", "given_scales": "the given scaler's scales"},
+                factors=lambda case: {"the number of batches": case["n_batches"]})

@@ -4,6 +4,7 @@ Built from, and tested against, the named wrong variants of tests/variants/train
 (tests/test_diagnosis.py). Each fingerprint reads only what the mistake changes, so two mistakes at once both show.
 """
 from ..diagnosis import ALL, EVERY, Mistake, ran
+from ..localise import Locate
 from ..reading import close
 from .cases import ATOL, DEFAULT_K
 
@@ -248,3 +249,13 @@ MISTAKES = [
             "Write the training loop the docstring describes.", returns_a_constant,
             variants=("returns_the_printed_constant",), includes=EVERY),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"returned": "the returned loss", "steps": "the number of optimizer steps",
+                       "step_grads": "the gradient at each optimizer step", "params": "the parameters after training",
+                       "training": "the model's training mode", "max_graphs_alive": "the number of graphs kept alive",
+                       "returned_type": "the returned type", "returned_is_float": "returning a float",
+                       "returned_has_graph": "the returned loss holding a graph"},
+                factors=lambda case: {"accumulation_steps": case["k"] or DEFAULT_K,
+                                      "the number of batches": case["n_batches"]})

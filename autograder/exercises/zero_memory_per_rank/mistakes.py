@@ -6,6 +6,7 @@ Built from, and tested against, the named wrong variants of tests/variants/zero_
 import math
 
 from ..diagnosis import EVERY, Mistake, raw_scenario
+from ..localise import Locate
 from .cases import DEFAULT, SHARDED, STAGES
 from .checks import _bytes, _close, _names, _which_sharded
 
@@ -157,3 +158,9 @@ MISTAKES = [
             "Compute the bytes per rank from num_params, world_size, stage and bytes_per_param.", returns_zero,
             includes=EVERY),
 ]
+
+
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+LOCATE = Locate(names={"value": "the bytes per rank", "type": "the returned type", "value_error": "raising ValueError"},
+                positions={"calls": "stage {i}"}, ignore=("text",),
+                factors=lambda case: {"world_size": case["world_size"]})

@@ -1,0 +1,361 @@
+"""Localisation: which result is wrong, where it first goes wrong, by what factor or pattern, and what is right.
+
+A catalogue (``mistakes.py``) names the mistakes someone foresaw; students make others. Whatever the mistake, the
+grader already holds the student's observation and the reference's, value by value. This one engine compares them
+and says, in the student's terms, what differs: "dk is √d times too large in every scenario; o, dq and dv are
+right". Each exercise declares, next to its ``MISTAKES``, a ``LOCATE = Locate(...)``: what its observed values are
+called in the exercise's words, which keys are method evidence rather than results, and which factors a plausible
+mistake scales a result by (√d, world_size, accumulation steps...). Plain Python, no torch.
+
+It never quotes a reference value precise enough to copy: a named factor, a pattern (zeros, unchanged, not finite,
+shifted by one, transposed) or "off by about 30 %".
+"""
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from numbers import Real
+
+RTOL = 1e-3                     # a value is right within this fraction of its largest magnitude (the checks: 1e-4..)
+FIT = 2e-3                      # a factor or pattern fits when the rest is within this fraction
+SKIP = ("case", "truth", "meter", "error", "not_done")  # never results: the inputs, the ground truth, outside measurements
+GENERIC_FACTORS = {"2": 2.0, "−1": -1.0}
+SHOWN_RIGHT = 6                 # right quantities named, at most
+POSITIONS = {"ranks": "rank {i}", "steps": "step {n}", "calls": "call {n}", "step_grads": "step {n}",
+             "updates": "step {n}", "step_grad_norms": "step {n}", "losses": "step {n}",
+             "grad_norms": "step {n}"}
+
+
+@dataclass(frozen=True)
+class Locate:
+    names: dict[str, str] = field(default_factory=dict)   # observed key -> the exercise's word for it ("dk", "o")
+    ignore: tuple[str, ...] = ()                          # keys that are method evidence, not results
+    factors: Callable[[dict], dict[str, float]] = lambda case: {}   # case -> {"√d": 2.83, "world_size": 2}
+    unchanged: dict[str, str] = field(default_factory=dict)  # key -> sibling key of its value before (params)
+    positions: dict[str, str] = field(default_factory=dict)  # list key -> words of an index in it ("parameter {n}")
+    whole: dict[str, str] = field(default_factory=dict)  # key -> word of its items: compared item by item, whole
+    by_position: tuple[str, ...] = ("steps", "step_grads", "calls", "updates", "losses", "step_grad_norms", "grad_norms")
+    series: tuple[str, ...] = ("losses", "step_grad_norms", "grad_norms")  # one number per step: step by step
+    tolerance: Callable[[dict], float] = lambda case: RTOL  # case -> what "right" allows (bf16 scenarios: more)
+
+
+@dataclass(frozen=True)
+class Finding:
+    quantity: str       # the student's word for it
+    scenario: str       # the scenario's key
+    where: str          # "rank 1, step 2" or ""
+    pattern: str        # "√d times too large", "zeros", "off by about 30 %"
+    short: str          # "×√d", "zeros", "off"
+    order: int | None = None  # the index along a time-ordered list (step, call), when it sits in one
+
+
+@dataclass(frozen=True)
+class Localisation:
+    wrong: tuple[str, ...]            # one sentence per wrong quantity
+    right: tuple[str, ...]            # quantities right everywhere they were observed
+    crashed: str = ""                 # where the function raised, once, in the student's words
+    short: str = ""                   # grades.csv's `cause` when no catalogue cause fits: "dk ×√d"
+    wrong_quantities: tuple[str, ...] = ()
+    follow: tuple[str, ...] = ()      # wrong only after the first wrong step: consequences, not where it goes wrong
+    signs: tuple[str, ...] = ()       # "dk: ×√d", "o: off", "raised": every kind of wrongness seen, to compare
+
+    def lines(self) -> list[str]:
+        out = ([self.crashed] if self.crashed else []) + list(self.wrong)
+        if self.follow:
+            out.append("Later values differ as a consequence: " + ", ".join(self.follow[:SHOWN_RIGHT]) + ".")
+        if self.right and (self.wrong or self.crashed):
+            more = len(self.right) - SHOWN_RIGHT
+            out.append("Right: " + ", ".join(self.right[:SHOWN_RIGHT]) + (f" and {more} more" if more > 0 else "") + ".")
+        return out
+
+    @property
+    def empty(self) -> bool:
+        return not (self.wrong or self.crashed)
+
+
+def localise(spec: Locate, student: dict, reference: dict) -> Localisation:
+    """Compare the parsed student observation with the reference's, scenario by scenario (see the module)."""
+    findings, right, errors = [], set(), []
+    for key, ref in reference.get("scenarios", {}).items():
+        got = student.get("scenarios", {}).get(key)
+        if not isinstance(ref, dict) or "error" in ref:
+            continue
+        if not isinstance(got, dict) or isinstance(got.get("error"), str):
+            errors.append((key, "", str(got.get("error", "")) if isinstance(got, dict) else ""))
+            continue
+        case = ref.get("case", {})
+        factors = {**GENERIC_FACTORS, **_safe_factors(spec, case)}
+        truth = ref.get("truth") if isinstance(ref.get("truth"), dict) else {}
+        rtol = _safe_tolerance(spec, case)
+        for path, want, have, before in _leaves(spec, ref, got, truth):
+            if isinstance(have, dict) and isinstance(have.get("error"), str):
+                errors.append((key, _where(spec, path), have["error"]))
+                continue
+            verdict = _compare(want, have, before, factors, rtol)
+            name = _quantity(spec, path)
+            if verdict is None:
+                right.add(name)
+            else:
+                findings.append(Finding(name, key, _where(spec, path), *verdict, order=_order(spec, path)))
+    return _summarise(spec, reference, findings, right, errors)
+
+
+def _safe_factors(spec: Locate, case: dict) -> dict[str, float]:
+    try:
+        found = spec.factors(case)
+    except Exception:  # a case without the key: no exercise factors there
+        return {}
+    named = {k: float(v) for k, v in found.items() if isinstance(v, Real) and v not in (0, 1)}
+    return {**named, **{f"{k}²": v * v for k, v in named.items() if not k.startswith("√")}}  # a factor applied twice
+
+
+def _safe_tolerance(spec: Locate, case: dict) -> float:
+    try:
+        return float(spec.tolerance(case))
+    except Exception:  # a case without the key: the default
+        return RTOL
+
+
+def _leaves(spec: Locate, ref, got, truth, path=()):
+    """(path, expected, student's, student's value before) for each result in the reference's scenario."""
+    if isinstance(ref, dict):
+        if isinstance(got, dict) and isinstance(got.get("error"), str) and "error" not in ref:
+            yield path, ref, got, None
+            return
+        for k, v in ref.items():
+            if k in SKIP or k in spec.ignore or not isinstance(got, dict):
+                continue
+            sub_truth = truth.get(k) if isinstance(truth, dict) else None
+            before = got.get(spec.unchanged[k]) if k in spec.unchanged else None
+            if k in spec.series and _numbers(v) and _numbers(got.get(k)) and len(got[k]) == len(v):
+                want = sub_truth if _numbers(sub_truth) and len(sub_truth) == len(v) else v
+                for i, w in enumerate(want):  # the first wrong step, and the factor there
+                    yield path + (k, i), w, got[k][i], None
+            elif k in spec.whole:
+                yield path + (k,), _Whole(sub_truth if sub_truth is not None else v, spec.whole[k]), got.get(k), None
+            elif k in spec.unchanged and isinstance(v, list) and v and all(isinstance(x, list) for x in v):
+                have, was, want = got.get(k), before, sub_truth if isinstance(sub_truth, list) else v
+                for i, w in enumerate(want):  # a list of vectors, each against its own value before
+                    yield (path + (k, i), w, have[i] if isinstance(have, list) and i < len(have) else None,
+                           was[i] if isinstance(was, list) and i < len(was) else None)
+            elif k in spec.unchanged:
+                yield path + (k,), sub_truth if sub_truth is not None else v, got.get(k), before
+            else:
+                yield from _leaves(spec, v, got.get(k), sub_truth, path + (k,))
+    elif isinstance(ref, list) and ref and not _numbers(ref):
+        if not isinstance(got, list):
+            yield path, ref, got, None
+            return
+        for i, v in enumerate(ref):
+            sub_truth = truth[i] if isinstance(truth, list) and i < len(truth) else None
+            yield from _leaves(spec, v, got[i] if i < len(got) else None, sub_truth, path + (i,))
+    elif isinstance(ref, (list, Real, str, bool)) or ref is None:
+        yield path, truth if truth is not None and type(truth) is type(ref) else ref, got, None
+
+
+def _numbers(values) -> bool:
+    return isinstance(values, list) and all(isinstance(v, Real) and not isinstance(v, bool) for v in values)
+
+
+@dataclass(frozen=True)
+class _Whole:
+    """A structured value (a table) compared item by item: only where it first differs is said."""
+    items: list
+    word: str
+
+
+def _compare(want, have, before, factors, rtol) -> tuple[str, str] | None:
+    """None when right, else (pattern in words, short form)."""
+    if isinstance(want, _Whole):
+        if not isinstance(have, list):
+            return "missing", "missing"
+        if have == want.items:
+            return None
+        first = next((i for i, (h, w) in enumerate(zip(have, want.items)) if h != w), min(len(have), len(want.items)))
+        return f"differs from {want.word} {first + 1} on", f"differs at {want.word} {first + 1}"
+    if isinstance(want, int) and isinstance(have, int) and not isinstance(want, bool) and not isinstance(have, bool) \
+            and 0 < abs(have - want) <= 2:
+        n = abs(have - want)
+        return (f"off by {'one' if n == 1 else 'two'} ({'too many' if have > want else 'too few'})",
+                f"{'+' if have > want else '−'}{n}")
+    if isinstance(want, Real) and not isinstance(want, bool):
+        want = [want]
+        have = [have] if isinstance(have, Real) and not isinstance(have, bool) else have
+        before = [before] if isinstance(before, Real) else before
+    if not _numbers(want):
+        if have == want or not isinstance(want, (bool, str)) or (isinstance(want, str) and len(want) > 40):
+            return None
+        return (f"is {have!r} where {want!r} is expected", "differs") if isinstance(want, bool) or \
+            (isinstance(want, str) and want.isidentifier()) else ("differs", "differs")
+    if not _numbers(have) or len(have) != len(want):
+        got = "missing" if have is None else "of another length" if _numbers(have) else "not numbers"
+        return ("missing (None: nothing reached it)" if have is None else got), got
+    if not want:
+        return None
+    scale = max(max(abs(w) for w in want), 1e-12)
+    if not all(math.isfinite(h) for h in have):
+        return "not finite (NaN or inf)", "not finite"
+    if _close(have, want, rtol, scale):
+        return None
+    first = next(i for i, (h, w) in enumerate(zip(have, want)) if abs(h - w) > rtol * scale)
+    at = f" from element {first + 1} on" if first and len(want) > 1 else ""
+    if all(h == 0 for h in have):
+        return "all zeros", "zeros"
+    if _numbers(before) and len(before) == len(have) and _close(have, before, rtol, scale):
+        return "unchanged (the same as before)", "unchanged"
+    ratio = _fit(have, want, scale)
+    if ratio is not None and abs(ratio - 1) > 0.01:
+        named = _name_factor(ratio, factors)
+        if named:
+            return named
+        if abs(ratio) > 1e-6 and abs(ratio - 1) > 0.1:
+            return f"{ratio:.2g} times the right value", f"×{ratio:.2g}"
+    for shift in (1, -1):
+        if len(want) > 2 and _close(have[max(shift, 0):len(have) + min(shift, 0)],
+                                    want[max(-shift, 0):len(want) + min(-shift, 0)], rtol, scale):
+            return f"shifted by one position (off by one){at}", "shifted by one"
+    n = math.isqrt(len(want))
+    if n > 1 and n * n == len(want) and _close(have, [want[j * n + i] for i in range(n) for j in range(n)], rtol, scale):
+        return "transposed", "transposed"
+    off = max(abs(h - w) for h, w in zip(have, want)) / scale
+    size = (f"off by about {off:.1%}" if off < 0.1 else f"off by about {off:.0%}" if off < 10
+            else f"off by about {off:.0f} times its size")
+    return (f"{size} (relative to its largest value){at}" if len(want) > 1 else size), "off"
+
+
+def _close(a, b, rtol, scale) -> bool:
+    return len(a) == len(b) and all(abs(x - y) <= rtol * scale for x, y in zip(a, b))
+
+
+def _fit(have, want, scale) -> float | None:
+    """The scalar r with have ≈ r × want, when one fits."""
+    norm = sum(w * w for w in want)
+    if norm == 0:
+        return None
+    r = sum(h * w for h, w in zip(have, want)) / norm
+    if all(abs(h - r * w) <= FIT * max(abs(r), 1e-12) * scale + 1e-12 for h, w in zip(have, want)):
+        return r
+    return None
+
+
+def _name_factor(ratio: float, factors: dict[str, float]) -> tuple[str, str] | None:
+    for name, value in sorted(factors.items(), key=lambda kv: kv[0] in GENERIC_FACTORS):
+        for v, large in ((value, True), (1 / value, False)):
+            if abs(ratio - v) <= 0.01 * abs(v):
+                if name == "−1" or value < 0:
+                    return "the right value with the opposite sign (× −1)", "× −1"
+                return (f"{name} times too large", f"×{name}") if large else (f"{name} times too small", f"÷{name}")
+    return None
+
+
+def _quantity(spec: Locate, path: tuple) -> str:
+    """The student's word for the value at ``path``: its keys' declared words, inner ones filling a "{}" in an
+    outer one ("the dtype of {}" around "dk"), positions (rank, step) left out."""
+    keys = [p for p in path if isinstance(p, str) and (p in spec.names or p not in POSITIONS and p not in spec.positions)]
+    words = ""
+    for k in reversed(keys):
+        word = spec.names.get(k, k)
+        words = word.format(words).strip() if "{}" in word else f"{word} {words}".strip()
+    return words or "the result"
+
+
+def _where(spec: Locate, path: tuple) -> str:
+    words = []
+    for parent, index in zip(path, path[1:]):
+        if isinstance(index, int) and isinstance(parent, str):
+            template = spec.positions.get(parent) or POSITIONS.get(parent)
+            if template:
+                words.append(template.format(i=index, n=index + 1))
+    return ", ".join(words)
+
+
+def _scenario(reference: dict, key: str) -> str:
+    what = reference["scenarios"][key].get("case", {}).get("what")
+    return what if isinstance(what, str) else key
+
+
+def _summarise(spec, reference, findings, right, errors) -> Localisation:
+    crashed = ""
+    if errors:
+        key, where, error = errors[0]
+        also = len({e[0] for e in errors}) - 1
+        first = error.strip().split(".  ")[0][:160].rstrip(".")
+        crashed = (f"Your function raised {first} when {_scenario(reference, key)}"
+                   + (f" (on {where})" if where else "")
+                   + (f"; {also} other scenario{'s' if also != 1 else ''} failed too." if also else "."))
+    signs = tuple(sorted({f"{f.quantity}: {_kind(f.short)}" for f in findings} | ({"raised"} if errors else set())))
+    findings, follow = _first_wrong(findings)
+    by_quantity: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_quantity.setdefault(f.quantity, []).append(f)
+    scenarios = [k for k in reference.get("scenarios", {})]
+    wrong, shorts = [], []
+    for quantity, found in by_quantity.items():
+        patterns = {}
+        for f in found:
+            patterns.setdefault(f.pattern, f)
+        earliest = min((f.order for f in found if f.order is not None), default=None)
+        first = [f for f in found if f.order == earliest] or found  # where it first goes wrong says most
+
+        def weight(pattern: str) -> tuple:
+            return (sum(f.pattern == pattern for f in first), -_telling(patterns[pattern].short))
+
+        main = max(patterns, key=weight)
+        keys = [k for k in scenarios if any(f.scenario == k for f in found)]
+        where = _first_place(found)
+        everywhere = quantity not in right and len(keys) > 1
+        place = ("in every scenario" if everywhere else f"when {_scenario(reference, keys[0])}"
+                 + (f" (and in {len(keys) - 1} more scenario{'s' if len(keys) > 2 else ''})" if len(keys) > 1 else ""))
+        others = [p for p in patterns if p != main]
+        wrong.append((_telling(patterns[main].short), f"{quantity}: wrong {place}"
+                      f"{', first at ' + where if where else ''}: {main}"
+                      + (f" (elsewhere: {others[0]})" if others else "") + "."))
+        shorts.append((_telling(patterns[main].short), f"{quantity} {patterns[main].short}"))
+    right_only = tuple(sorted(q for q in right if q not in by_quantity and q not in follow))
+    wrong = [w for _, w in sorted(wrong, key=lambda x: x[0])]  # a named factor or pattern says most: first
+    shorts = [w for _, w in sorted(shorts, key=lambda x: x[0])]
+    raised = f"raised {errors[0][2].split(':', 1)[0][:40]}" if errors else ""
+    short = "; ".join(([raised] if raised else []) + shorts[:3 - bool(raised)])
+    return Localisation(tuple(wrong), right_only, crashed, short, tuple(by_quantity), tuple(follow), signs)
+
+
+def _kind(short: str) -> str:
+    """A short form without the numbers that vary from run to run: an unnamed ratio ("×1.8") is just "off",
+    "differs at step 3" -> "differs"; named factors ("×√d", "÷world_size") and words ("zeros") stay."""
+    if short.startswith("differs"):
+        return "differs"
+    return "off" if short.startswith("×") and short[1:2].isdigit() else short
+
+
+def _first_wrong(findings: list[Finding]) -> tuple[list[Finding], list[str]]:
+    """Where results are recorded step by step, what goes wrong first is the mistake and the rest follows from it:
+    keep the quantities wrong at the first wrong step; the others (wrong only later, or only at the end) are
+    consequences."""
+    ordered = [f.order for f in findings if f.order is not None]
+    if not ordered:
+        return findings, []
+    leading = {f.quantity for f in findings if f.order == min(ordered)}
+    return [f for f in findings if f.quantity in leading], sorted({f.quantity for f in findings} - leading)
+
+
+def _order(spec: Locate, path: tuple) -> int | None:
+    for parent, index in zip(path, path[1:]):
+        if isinstance(index, int) and parent in spec.by_position:
+            return index
+    return None
+
+
+def _telling(short: str) -> int:
+    """0 for a named factor or pattern, 1 for "differs", 2 for a plain "off": the order the lines are shown in."""
+    return 2 if short == "off" else 1 if short == "differs" else 0
+
+
+def _first_place(found: list[Finding]) -> str:
+    """The first position (the earliest step, then the lowest rank...) among the wrong values, when they have one."""
+    placed = sorted((f for f in found if f.where), key=lambda f: (f.order is None, f.order or 0, _place_key(f.where)))
+    return placed[0].where if placed else ""
+
+
+def _place_key(where: str) -> list[tuple]:
+    return [(0, int(w), "") if w.isdigit() else (1, 0, w) for part in where.split(", ") for w in part.split()]
+
+

@@ -1,0 +1,17 @@
+"""autograder/exercises/known_fails.py is current: what each catalogued mistake's named variants do, regenerated
+from tests/variants, equals the record the diagnosis calibrates its confidence with (like ``generate --check``)."""
+import pytest
+from conftest import variant_modules
+from known_fails import record, seen
+
+from autograder.exercises import get_exercise
+from autograder.exercises.diagnosis import catalogue, known
+
+RECORDED = [pytest.param(ex, marks=[pytest.mark.slow] if get_exercise(ex).ranks else [], id=ex)
+            for ex in sorted(variant_modules()) if catalogue(get_exercise(ex))]
+
+
+@pytest.mark.parametrize("exercise", RECORDED)
+def test_the_record_of_what_each_mistake_does_is_current(exercise):
+    runs = {name: seen(exercise, name) for name in variant_modules()[exercise].WRONG}
+    assert record(exercise, runs) == known(get_exercise(exercise)), f"run: python tests/known_fails.py {exercise}"
