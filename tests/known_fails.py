@@ -4,7 +4,7 @@ diagnosis.py states a cause with confidence only when the evidence fits it compl
 test (which ranks are right, the parameters never change), so another bug can match it; what tells them apart is
 the rest of the evidence. This records, from the variant suites, per mistake: the checks its named variants always
 fail, the checks they may fail, and the results the localisation finds wrong for them. Run
-``python tests/known_fails.py [exercise ...]`` after changing a catalogue, a variant or a check; test_diagnosis.py
+``python tests/known_fails.py [--fresh] [exercise ...]`` after changing a catalogue, a variant or a check; test_diagnosis.py
 asserts the record still holds for every named variant.
 """
 import sys
@@ -75,13 +75,43 @@ def main(exercises: list[str]) -> None:
     from autograder.exercises.diagnosis import catalogue
     from autograder.exercises.known_fails import KNOWN
 
+    fresh = "--fresh" in exercises
     known = dict(KNOWN)
-    for exercise in exercises or sorted(variant_modules()):
+    for exercise in [e for e in exercises if e != "--fresh"] or sorted(variant_modules()):
         if catalogue(get_exercise(exercise)):
             module = variant_modules()[exercise]
-            known[exercise] = record(exercise, {n: seen(exercise, n) for n in module.WRONG})
+            now = record(exercise, {n: seen(exercise, n) for n in module.WRONG})
+            known[exercise] = now if fresh else merged(known.get(exercise, {}), now)
             print(exercise, flush=True)
     write(known)
+
+
+def merged(before: dict, now: dict) -> dict:
+    """A rank variant's failures can vary with timing (which bucket a wrong hook launches first): keep every
+    behaviour seen, so a run that shows one seen before never demotes its cause. ``--fresh`` starts over."""
+    out = {}
+    for mid, kinds in now.items():
+        old = before.get(mid)
+        if not old:
+            out[mid] = kinds
+            continue
+        out[mid] = {"always": tuple(sorted(set(kinds["always"]) & set(old["always"]))),
+                    **{kind: tuple(sorted(set(kinds[kind]) | set(old[kind]))) for kind in ("may", "wrong", "signs")}}
+    return out
+
+
+def covered(run: dict, recorded: dict) -> list[str]:
+    """How a fresh run of the variants falls outside the record (empty: the diagnosis reads it as recorded)."""
+    problems = [f"{mid}: not recorded" for mid in run if mid not in recorded]
+    problems += [f"{mid}: recorded but no variant fails now" for mid in recorded if mid not in run]
+    for mid in set(run) & set(recorded):
+        new, old = run[mid], recorded[mid]
+        if not set(old["always"]) <= set(new["always"]):
+            problems.append(f"{mid}: no longer always fails {sorted(set(old['always']) - set(new['always']))}")
+        for kind in ("may", "wrong", "signs"):
+            if not set(new[kind]) <= set(old[kind]):
+                problems.append(f"{mid}: {kind} not recorded: {sorted(set(new[kind]) - set(old[kind]))}")
+    return problems
 
 
 if __name__ == "__main__":

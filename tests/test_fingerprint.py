@@ -21,7 +21,7 @@ def copy(tmp_path):
     """The repository's code and course, without the environment or git."""
     target = tmp_path / "repo"
     ignore = shutil.ignore_patterns("__pycache__", ".venv", ".git", "*.egg-info", "dist", "build")
-    for part in ("autograder", "coursekit", "solutions", "notebooks", "classroom"):
+    for part in ("autograder", "coursekit", "solutions", "notebooks", "classroom", "studentkit"):
         shutil.copytree(REPO / part, target / part, ignore=ignore)
     for name in ("README.md", "pyproject.toml"):
         shutil.copy(REPO / name, target / name)

@@ -71,6 +71,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the gradients after backward: off',
+                'the gradients after backward: ÷world_size',
             ),
         },
         'does_nothing': {
@@ -233,6 +234,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
                 'the gradients after backward: off',
+                'the gradients after backward: ÷world_size',
             ),
         },
         'never_sends_bucket_with_unused_parameter': {
@@ -1380,6 +1382,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
                 'Output, x.grad and shard gradients are right on 3 ranks',
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
@@ -1456,8 +1459,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
             ),
             'may': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
                 'Output, x.grad and shard gradients are right on 3 ranks',
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
@@ -1568,8 +1573,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
             ),
             'may': (
+                "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+                "Keeps this rank's shards: rows of fc1.weight and fc1.bias, columns of fc2.weight (2 ranks)",
                 'Output, x.grad and shard gradients are right on 3 ranks',
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
@@ -2653,6 +2660,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+        },
+        'blocking_send_then_recv': {
+            'always': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
+                'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'may': (
+                'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
+                'Right causal output on 2 ranks (mask by global positions)',
+                'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+                'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
                 'Right output on 3 ranks: three partial results merged with log-sum-exp',
             ),
             'wrong': (
