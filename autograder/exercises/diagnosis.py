@@ -180,30 +180,40 @@ def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[C
     if not kept:
         return Diagnosis("unknown", (), tuple(failed), lines, short)
     record = known(exercise)
-    fits = [cause for mistake, cause in kept if holds(mistake, parsed, reference)
-            and set(record.get(mistake.id, {}).get("always", ())) <= set(failed)]
+    fits = [cause for mistake, cause in kept if holds(mistake, parsed, reference)]
     if not fits or not fits_completely(fits, record, failed, where):
         # the signs are there, but the evidence does not fit completely: something the mistake needs to be right
-        # is not, a check it always fails passes here, or a failure or wrong result the causes do not account for
+        # is not, or a failure or wrong result the causes do not account for
         return Diagnosis("consistent", tuple(cause for _, cause in kept), tuple(failed), lines, short)
     fits.sort(key=lambda c: -len(c.explains))  # the most likely first: the one that explains the most
     return Diagnosis("cause", tuple(fits), (), lines, short)
 
 
+# Off: the record (known_fails.py) is made from the named variants under the test suite's salts, and in one CI run
+# it demoted real catalogued mistakes: a style of `returns_a_constant` unlike its variant, `clips_before_unscaling`
+# under class grading's own salt, BucketedDDP's variants whose factors vary with timing. Until the record describes a
+# mistake rather than its variants' runs, a cause is confident when its fingerprint matches, what it needs to be right
+# is right (Mistake.requires) and it explains every failed check.
+CALIBRATE_BY_RECORD = False
+
+
 def fits_completely(causes: list[Cause], record: dict, failed: list[str], where: Localisation | None) -> bool:
     """The causes account for all the evidence: every failed check is one they explain, and, where the variant suites
     recorded what these mistakes do (``known_fails.py``), one their variants fail, and every result the localisation
-    finds wrong is one their variants get wrong, in a way they do ("dk: ×√d", "o: zeros"). Another bug that
-    happens to match a fingerprint fails elsewhere."""
+    finds wrong is one their variants get wrong. Another bug that happens to match a fingerprint fails elsewhere."""
     if any(t not in {e for cause in causes for e in cause.explains} for t in failed):
         return False
+    if not CALIBRATE_BY_RECORD:
+        return True
     seen = [record.get(cause.id) for cause in causes]
     if not all(seen):  # no record for a cause: its explained checks are all there is to go on
         return True
+    # Which checks fail, which results go wrong and how (a named factor, zeros): not the checks a variant "always"
+    # fails, since another held-out salt (class grading's) may let one of them pass.
     may = {t for s in seen for t in s["may"]}
     wrong = {q for s in seen for q in s["wrong"]}
-    signs = {q for s in seen for q in s.get("signs", ())} if all("signs" in s for s in seen) else None
     found = set(where.wrong_quantities) | set(where.follow) if where else set()
+    signs = {q for s in seen for q in s.get("signs", ())} if all("signs" in s for s in seen) else None
     return (set(failed) <= may and found <= wrong
             and (signs is None or set(where.signs if where else ()) <= signs))
 

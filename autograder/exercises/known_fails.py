@@ -192,6 +192,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the gradients after backward: off',
+                'the gradients after backward: ÷world_size',
             ),
         },
         'launches_bucket_at_its_first_gradient': {

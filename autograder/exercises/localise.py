@@ -323,7 +323,7 @@ def _kind(short: str) -> str:
     "differs at step 3" -> "differs"; named factors ("×√d", "÷world_size") and words ("zeros") stay."""
     if short.startswith("differs"):
         return "differs"
-    return "off" if short.startswith("×") and short[1:2].isdigit() else short
+    return "off" if short.startswith("×") and short[1:2] in "0123456789-" else short
 
 
 def _first_wrong(findings: list[Finding]) -> tuple[list[Finding], list[str]]:
