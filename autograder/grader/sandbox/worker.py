@@ -28,7 +28,7 @@ from ...exercises.ranks import Deferred, rank_fds
 from ...exercises.ranks import configure as configure_ranks
 from ..protocol import BadMessage, Task, loads_bounded
 from .family import RankFamilies
-from .isolation import close_inherited, isolate_rank, landlock_abi, rank_outputs
+from .isolation import close_inherited, isolate_rank, rank_outputs
 from .kernels import switch_off
 from .scheduling import protect_from_rescheduling
 
@@ -104,11 +104,10 @@ def _configure_ranks(write_fd: int, kernels: tuple[tuple[str, str], ...] = ()) -
         switch_off(kernels)
 
     sandboxed = bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE"))  # and a network namespace of its own
-    # Isolated ranks in a Landlock domain stay readable to the launcher (isolation.py): one that is not is charged
-    # its private /tmp and /dev/shm full
-    readable = bool(tmp_bytes) and landlock_abi() >= 1
-    families = RankFamilies(os.getpid(), os.getppid(), unreadable_tmpfs=2 * int(tmp_bytes) if readable else None) \
-        if sandboxed else None
+    # Not yet charging a rank whose private tmpfs cannot be read (RankFamilies' unreadable_tmpfs): under bubblewrap
+    # the launcher cannot read an honest rank's either (it is undumpable, in a user namespace of its own), so every
+    # rank would be charged 512 MiB. Issue 37 keeps this open (docs/grading.md).
+    families = RankFamilies(os.getpid(), os.getppid()) if sandboxed else None
     configure_ranks(child_setup=setup, held=families.held if families else None, private_network=sandboxed)
 
 
