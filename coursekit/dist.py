@@ -11,9 +11,12 @@ op when the parent (a Jupyter kernel, say) already started torch's OpenMP pool.
 """
 import contextlib
 import datetime
+import faulthandler
 import gc
 import os
+import signal
 import socket
+import tempfile
 import time
 import traceback
 from multiprocessing import connection, get_context
@@ -78,8 +81,10 @@ def store_socket() -> socket.socket:
     return listener
 
 
-def _run_rank(rank, world_size, listener, backend, timeout_s, fn, args, result_pipe, strict=False):
+def _run_rank(rank, world_size, listener, backend, timeout_s, fn, args, result_pipe, strict=False, crash_log=None):
     torch.set_num_threads(1)
+    if crash_log is not None:  # a rank killed by a signal (a crash inside torch) leaves its Python stacks here
+        faulthandler.enable(file=crash_log, all_threads=True)
     port, timeout = listener.getsockname()[1], datetime.timedelta(seconds=timeout_s)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
@@ -108,6 +113,18 @@ def _run_rank(rank, world_size, listener, backend, timeout_s, fn, args, result_p
         result_pipe.close()
 
 
+def died(rank: int, exitcode: int | None, crash_log) -> str:
+    """What a rank that exited without sending a result leaves to say: its exit code or signal, and the Python
+    stacks faulthandler wrote when a signal (an abort or a crash inside torch) killed it."""
+    how = f"exit code {exitcode}"
+    if exitcode is not None and exitcode < 0:
+        with contextlib.suppress(ValueError):
+            how = f"killed by {signal.Signals(-exitcode).name}"
+    crash_log.seek(0)
+    stacks = crash_log.read(4000).decode(errors="replace").strip()
+    return f"rank {rank} died without a result ({how})" + (f"; where it was:\n{stacks}" if stacks else "")
+
+
 def launch(fn, world_size: int = 2, *args, backend: str | None = None, timeout: float = 60.0,
            strict: bool = False) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` forked ranks; return their results.
@@ -126,10 +143,12 @@ def launch(fn, world_size: int = 2, *args, backend: str | None = None, timeout: 
     ctx = get_context("fork")
     listener = store_socket()
     procs, pending = [], {}
+    crash_logs = [tempfile.TemporaryFile() for _ in range(world_size)]
     for rank in range(world_size):
         receive, send = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=_run_rank, name=f"rank{rank}",
-                           args=(rank, world_size, listener, backend, timeout, fn, args, send, strict))
+                           args=(rank, world_size, listener, backend, timeout, fn, args, send, strict,
+                                 crash_logs[rank]))
         proc.start()
         send.close()
         procs.append(proc)
@@ -148,7 +167,7 @@ def launch(fn, world_size: int = 2, *args, backend: str | None = None, timeout: 
                     status, payload = pipe.recv()
                 except EOFError:
                     procs[rank].join(1)
-                    status, payload = "error", f"rank {rank} died without a result (exit code {procs[rank].exitcode})"
+                    status, payload = "error", died(rank, procs[rank].exitcode, crash_logs[rank])
                 if status == "ok":
                     results[rank] = payload
                 else:
@@ -159,6 +178,8 @@ def launch(fn, world_size: int = 2, *args, backend: str | None = None, timeout: 
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+        for log in crash_logs:
+            log.close()
     if failures:
         rank = min(failures)
         hint = ""

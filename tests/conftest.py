@@ -75,6 +75,7 @@ def variants_path() -> list[str]:
 
 # Files that share expensive session work run in one process: the cached observations above, the installed kit.
 SHARED_WORK = {"test_variants": "observations", "test_diagnosis": "observations", "test_known_fails": "observations",
+               "test_whole_evidence": "observations",
                "test_student_kit": "student-kit", "test_browser": "student-kit", "test_hub_k8s": "student-kit"}
 
 

@@ -85,6 +85,25 @@ def float32_data(t) -> list[float]:
     return [float(f"{v:.9g}") for v in t.detach().float().flatten().tolist()]
 
 
+SKETCH_SIZE = 8    # projections per sketch: a tensor computed only in part points elsewhere in 8 dimensions
+SKETCH_PIECE = 1 << 14  # elements projected at a time: the grader's vectors stay a few hundred KiB
+
+
+def sketch(t, seed: int) -> list[float]:
+    """The evidence that a large tensor was computed whole: its projections onto SKETCH_SIZE Gaussian vectors drawn
+    from ``seed`` (the scenario's own, secret under a class's held-out salt). A fixed slice of a tensor, such as its
+    first rows, can be computed alone, without the method; a projection needs every element."""
+    import torch
+
+    flat = t.detach().reshape(-1)
+    generator = torch.Generator().manual_seed(seed)
+    total = torch.zeros(SKETCH_SIZE, dtype=torch.float64)
+    for start in range(0, flat.numel(), SKETCH_PIECE):
+        piece = flat[start:start + SKETCH_PIECE].to("cpu", torch.float64)
+        total += torch.randn(SKETCH_SIZE, piece.numel(), generator=generator, dtype=torch.float64) @ piece
+    return [float(v) for v in total]
+
+
 def params_data(model) -> list[float]:
     """All parameters of a model, flattened in registration order."""
     return [v for p in model.parameters() for v in tensor_data(p)]

@@ -105,6 +105,22 @@ def close(a: list, b: list, *, atol: float, rtol: float = 0.0) -> bool:
     return True
 
 
+def sketch_error(got, want) -> float:
+    """How far two sketches (``observing.sketch``) of one tensor are apart, relative to the larger projection of
+    ``want``; infinite when ``got`` is not a sketch of as many finite projections."""
+    if not isinstance(got, list) or not isinstance(want, list) or len(got) != len(want) or not want:
+        return math.inf
+    try:
+        pairs = [(float(x), float(y)) for x, y in zip(got, want)]
+    except (TypeError, ValueError):
+        return math.inf
+    if not all(math.isfinite(x) for x, _ in pairs):
+        return math.inf
+    scale = max(abs(y) for _, y in pairs)
+    worst = max(abs(x - y) for x, y in pairs)
+    return worst / scale if scale else worst
+
+
 def off_by(got: float, want: float) -> str:
     """How far a student's number is from the reference's, too coarse to recover the reference's value from.
 

@@ -24,8 +24,9 @@ largest tensor any operator returned, via ``coursekit.ops.watch_ops``) names the
 that L was saved.
 
 The ``memory`` scenario also records whether torch's own SDPA ran (an operator of that name in the dispatch mode's
-count: calling it is not an answer to this exercise, and every check then fails and says so), and a fingerprint of
-its output (the evidence that it really computed attention there).
+count: calling it is not an answer to this exercise, and every check then fails and says so), the first rows of o
+and dq (for the feedback), and sketches of all of o, dq, dk and dv (``observing.sketch``; the evidence that it really
+computed attention there, every row of it).
 
 Cost of one observation: the six scenarios, each in a process of its own (``timeout_s`` below says how long).
 """

@@ -1,7 +1,7 @@
 """The checks of ``FlashAttention``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import ScenarioError, case, scenario, what
+from ..reading import ScenarioError, case, parallel, scenario, sketch_error, what
 from .cases import BF16_RTOL, EVIDENCE_RTOL, FP32_RTOL
 
 SDPA = ("Your FlashAttention calls torch's scaled_dot_product_attention, which does this exercise for you: compute "
@@ -132,9 +132,17 @@ def check_peak_memory(student, reference):
 
 
 def memory_is_genuine(got: dict, want: dict) -> str | None:
-    """The evidence for the memory checks: the scenario really computed attention (its output rows point where
-    attention's do), which a function that skips the work cannot show."""
+    """The evidence for the memory checks: the scenario really computed attention, all of it: its output rows point
+    where attention's do, the sketch of o (projections of every element, on vectors secret under a held-out salt) is
+    near the reference's, and those of dq, dk and dv point the same way. A function that skips the work, or computes
+    only some rows, cannot show it."""
     c = want["case"]
     output = got.get("output")
-    return None if isinstance(output, list) and relative_error(output, want["truth"]["output"]) < \
-        EVIDENCE_RTOL else f"when {c['what']}, its output is not attention's."
+    if not (isinstance(output, list) and relative_error(output, want["truth"]["output"]) < EVIDENCE_RTOL):
+        return f"when {c['what']}, its output is not attention's."
+    sketches = got.get("sketch") if isinstance(got.get("sketch"), dict) else {}
+    for name, theirs in want.get("sketch", {}).items():  # gradients at any scale: a wrong factor is a values mistake
+        mine = sketches.get(name)
+        if sketch_error(mine, theirs) >= EVIDENCE_RTOL if name == "output" else not parallel(mine, theirs, min_cos=0.9):
+            return f"when {c['what']}, its {'o' if name == 'output' else name} is not attention's in every row."
+    return None

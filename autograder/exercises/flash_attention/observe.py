@@ -4,7 +4,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..observing import observation
+from ..observing import observation, sketch
 from ..ranks import run_alone
 from .cases import FINGERPRINT_ROWS, cases
 
@@ -103,12 +103,15 @@ def memory_run(cls, case: dict) -> dict:
         if not isinstance(o, torch.Tensor) or o.shape != q.shape:
             raise ValueError("FlashAttention.apply did not return o shaped like q")
         o.backward(upstream)
-        found["output"] = compact(o[..., :FINGERPRINT_ROWS, :])
+        found["o"] = o.detach()
 
     seen = student_call(watch_ops, forward_and_backward)
     sdpa = sorted(name for name in seen.counts if "scaled_dot_product" in name or "flash_attention" in name)
-    return {"forbidden": bool(sdpa), "output": found["output"],
-            "dq": compact(q.grad[..., :FINGERPRINT_ROWS, :]) if q.grad is not None else None,
+    o, dq = found["o"], q.grad
+    results = {"output": o, "dq": dq, "dk": k.grad, "dv": v.grad}
+    return {"forbidden": bool(sdpa), "output": compact(o[..., :FINGERPRINT_ROWS, :]),
+            "dq": compact(dq[..., :FINGERPRINT_ROWS, :]) if dq is not None else None,
+            "sketch": {name: None if t is None else sketch(t, case["seed"]) for name, t in results.items()},
             "saved": found["saved"], "largest_tensor": seen.largest}
 
 

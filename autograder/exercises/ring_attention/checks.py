@@ -1,8 +1,8 @@
 """The checks of ``ring_attention``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import case, close, held_at_gates, rank_results, scenario
-from .cases import ATOL, PEAK_SLACK_CHUNKS, RTOL, SEND_SLACK_CHUNKS
+from ..reading import case, close, held_at_gates, rank_results, scenario, sketch_error
+from .cases import ATOL, GROWTH_SLACK_CHUNKS, PEAK_SLACK_CHUNKS, RTOL, SEND_SLACK_CHUNKS, SKETCH_RTOL
 
 ABORTED_HINT = ("Every rank sends and receives K/V chunks of the same shape as its own k and v.")
 
@@ -64,10 +64,22 @@ def held_at_sends(meter, c: dict) -> list[float] | None:
     return [max(h) for h in held] if held and all(len(h) >= c["world_size"] - 1 for h in held) else None
 
 
+def held_growth(held: list[list[float]], world_size: int) -> list[float]:
+    """Per rank, how much more it held at its later sends than at its first send of the second hop. The method's own
+    arithmetic: from the second hop on (the first allocates the running output), a ring holds the same chunks at
+    every send, so this is 0 whatever the style; a ring that keeps what it receives grows by a chunk per hop."""
+    growth = []
+    for readings in held:
+        later = readings[len(readings) // (world_size - 1):]  # from the second hop (K and V may be sent apart)
+        growth.append(max(later) - later[0] if later else 0.0)
+    return growth
+
+
 def memory_problem(student, reference) -> str | None:
     """Measured outside the ranks: at every send a rank holds at most SEND_SLACK_CHUNKS chunks of K and V more than
-    the reference's ranks at theirs (a ring holds the chunk it sends and the one arriving), and at its sampled peak
-    at most PEAK_SLACK_CHUNKS more (a gather holds all N)."""
+    the reference's ranks at theirs (a ring holds the chunk it sends and the one arriving), no more at its last send
+    than at its second (GROWTH_SLACK_CHUNKS: it keeps nothing it received), and at its sampled peak at most
+    PEAK_SLACK_CHUNKS more (a gather holds all N)."""
     c = case(reference, "memory")
     ranks_of(student, reference, "memory")
     meter, want = scenario(student, "memory", c["what"])["meter"], reference["scenarios"]["memory"]["meter"]
@@ -83,6 +95,12 @@ def memory_problem(student, reference) -> str | None:
     if extra > SEND_SLACK_CHUNKS * chunk:
         return (f"When {c['what']}, rank {rank} held {extra / chunk:.1f} chunks of K and V more than the reference's "
                 f"ranks when it sent one (measured outside your process): {advice}")
+    growth = held_growth(held_at_gates(meter, c["world_size"]), c["world_size"])
+    rank = max(range(len(growth)), key=growth.__getitem__)
+    if growth[rank] > GROWTH_SLACK_CHUNKS * chunk:
+        return (f"When {c['what']}, rank {rank} held {growth[rank] / chunk:.1f} chunks of K and V more at its last send "
+                f"than at its second (measured outside your process): a ring holds the same two at every hop, so "
+                f"something kept the chunks it received: {advice}")
     peaks = meter["peak_bytes"]
     if not isinstance(peaks, list) or len(peaks) != c["world_size"]:
         return f"When {c['what']}, the grader could not read the memory of every rank."
@@ -123,12 +141,15 @@ def check_ring_traffic(student, reference):
 
 def outputs_are_genuine(got: dict, want: dict) -> str | None:
     """The evidence: every rank's output is its rows of the attention over all ranks' seeded chunks (no rank can
-    compute it from its own chunk alone). Counts of messages are believed only with it."""
+    compute it from its own chunk alone), in the memory scenario all of it (a sketch of every column, on vectors
+    secret under a held-out salt: a few columns of V can be gathered alone). Counts of messages are believed only
+    with it."""
     ranks = got.get("ranks")
     c = want["case"]
     if not isinstance(ranks, list) or len(ranks) != c["world_size"]:
         return f"when {c['what']}, the grader found no result from every rank."
     for r, w in zip(ranks, want["ranks"]):
-        if not isinstance(r, dict) or not close(r.get("output"), w["output"], atol=ATOL, rtol=RTOL):
+        if not isinstance(r, dict) or not close(r.get("output"), w["output"], atol=ATOL, rtol=RTOL) or (
+                "sketch" in w and sketch_error(r.get("sketch"), w["sketch"]) > SKETCH_RTOL):
             return f"when {c['what']}, the ranks' outputs are not the attention over the grader's sequence."
     return None

@@ -9,7 +9,7 @@ import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (K
 from coursekit.gpu_semantics import nccl_p2p_order
 
 from ..meter import SampleAtGates
-from ..observing import collective_counts, float32_data, observation, tensor_data
+from ..observing import collective_counts, float32_data, observation, sketch, tensor_data
 from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call, trim_memory
 from .cases import FINGERPRINT_COLUMNS, cases
 
@@ -101,9 +101,11 @@ def ring_rank(rank: int, world_size: int, fn, case: dict) -> dict:
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
         student_call(_raise, ValueError(f"ring_attention returned {got}, not this rank's rows, shape {want}"))
-    if case["measure_memory"]:
+    found = {}
+    if case["measure_memory"]:  # too large to keep: a few columns (feedback) and a sketch of all of it (evidence)
+        found["sketch"] = sketch(out, case["seed"])
         out = out[..., :FINGERPRINT_COLUMNS]
-    return {"forbidden": False, "output": float32_data(out), "sends": log.sends, "recvs": log.recvs,
+    return {"forbidden": False, "output": float32_data(out), **found, "sends": log.sends, "recvs": log.recvs,
             "collectives": collective_counts(prof, leave_out=("send", "recv"))}
 
 

@@ -1,5 +1,5 @@
 """The checks of ``TensorParallelMLP``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, measured_privately, rank_results, scenario
+from ..reading import case, close, measured_privately, rank_results, scenario, sketch_error
 from .cases import ATOL, ROLES, TRAFFIC_RATIO
 
 DTENSOR = ("Your module uses torch.distributed.tensor (parallelize_module or DTensor), which does this exercise for "
@@ -87,13 +87,16 @@ def shards_really_computed(got: dict, want: dict) -> str | None:
 
 def fingerprint_problem(got: dict, want: dict, name: str) -> str | None:
     """The traffic scenario's evidence: every rank's first rows of ``name`` (the output, or x.grad) are the
-    single-process MLP's. With each rank's layers true only in its own block, no rank computes them alone."""
+    single-process MLP's, and so is a sketch of all its rows (on vectors secret under a held-out salt: a few rows
+    can be computed alone). With each rank's layers true only in its own block, no rank computes them alone."""
     c = want["case"]
     ranks = got.get("ranks")
     if not isinstance(ranks, list) or len(ranks) != c["world_size"]:
         return f"when {c['what']}, the grader found no results for every rank."
     for r in ranks:
-        if not isinstance(r, dict) or not close(r.get(name), want["truth"][name], atol=ATOL, rtol=1e-4):
+        sketches = r.get("sketch") if isinstance(r, dict) and isinstance(r.get("sketch"), dict) else {}
+        if not isinstance(r, dict) or not close(r.get(name), want["truth"][name], atol=ATOL, rtol=1e-4) or (
+                "sketch" in want["truth"] and sketch_error(sketches.get(name), want["truth"]["sketch"][name]) > 1e-3):
             return (f"when {c['what']}, the ranks' {'outputs' if name == 'output' else 'x.grad'} are not the "
                     "single-process MLP's.")
     return None

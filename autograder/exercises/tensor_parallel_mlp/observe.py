@@ -7,7 +7,7 @@ from torch import nn
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
 from ..meter import StopAllAtGates
-from ..observing import collective_counts, float32_data, observation, tensor_data
+from ..observing import collective_counts, float32_data, observation, sketch, tensor_data
 from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call
 from .cases import FINGERPRINT_ROWS, cases
 
@@ -114,9 +114,11 @@ def tensor_parallel_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     ask_gate("between forward and backward", y.detach()[:FINGERPRINT_ROWS])
     with profile(activities=[ProfilerActivity.CPU]) as backward_prof:
         student_call((y * upstream).sum().backward)
-    if case["measure_traffic"]:  # large: a fingerprint of the results, and the counts (feedback)
+    if case["measure_traffic"]:  # large: a fingerprint of the results, their sketches, and the counts (feedback)
         return {"forbidden": False, "output": float32_data(y[:FINGERPRINT_ROWS]),
                 "x_grad": None if x.grad is None else float32_data(x.grad[:FINGERPRINT_ROWS]),
+                "sketch": {"output": sketch(y, case["seed"]), "x_grad": None if x.grad is None else
+                           sketch(x.grad, case["seed"])},
                 "forward": collective_counts(forward_prof), "backward": collective_counts(backward_prof)}
     shards = find_shards(module, case)
     return {"forbidden": False, "output": tensor_data(y), "x_grad": None if x.grad is None else tensor_data(x.grad),
@@ -146,12 +148,14 @@ def observe(fn, *, salt: int = 0) -> dict:
 
 
 def traffic_truth(case: dict) -> dict:
-    """The traffic scenario's fingerprint from the single-process MLP: the first rows of y and of x.grad."""
+    """The traffic scenario's fingerprint from the single-process MLP: the first rows of y and of x.grad, and
+    sketches of all of them."""
     fc1, fc2, x, upstream = make_problem(case)
     x.requires_grad_(True)
     y = fc2(nn.functional.gelu(fc1(x)))
     (y * upstream).sum().backward()
-    return {"output": float32_data(y[:FINGERPRINT_ROWS]), "x_grad": float32_data(x.grad[:FINGERPRINT_ROWS])}
+    return {"output": float32_data(y[:FINGERPRINT_ROWS]), "x_grad": float32_data(x.grad[:FINGERPRINT_ROWS]),
+            "sketch": {"output": sketch(y, case["seed"]), "x_grad": sketch(x.grad, case["seed"])}}
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
