@@ -92,6 +92,13 @@ ANSWERS = {
     "my_sp_fraction": r"\b0\.9\b|\b9 ?/ ?10\b|\b90 ?%",
     "my_ring_over_ulysses": r"\bN ?/ ?2\b|ratio (is |of )?2\b|\btwice\b|\b2 ?×|\b2 times",
     "my_dropped_fraction": MEASURED,  # how unbalanced a fresh router is (the question states T and E)
+    # Lesson 9
+    "my_same_without_rng": r"masks (differ|change)|other units are dropped",
+    "my_files": r"\b(5|five) files",
+    "my_best_interval": MEASURED,  # from the checkpoint cost measured on the student's machine
+    "my_in_place_loads": r"(does not|doesn't|won't|will not|cannot|no longer) load|neither is left|is truncated",
+    "my_resumed_at": r"resum\w* (at|from) (step )?4\b",
+    "my_blamed_by_timeout": r"not who is missing|names? no rank|(does not|doesn't) name (a|any|the) rank",
 }
 
 
