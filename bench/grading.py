@@ -78,14 +78,48 @@ def _machine_busy_s() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _own_cpu_group() -> Path | None:
+    """A cpuacct group (cgroup v1, as root) for one graded run: it counts the CPU time of the grader and of every
+    process it starts (sandboxes, ranks, however they end) and nothing else, so a machine shared with other work
+    still gives the run's own cost. None where there is no such hierarchy or it is not writable."""
+    own = next((line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                if "cpuacct" in line.split(":", 2)[1].split(",")), None)
+    root = Path("/sys/fs/cgroup/cpuacct")
+    if own is None or not (root / "cpuacct.usage").exists():
+        return None
+    group = root / own.lstrip("/") / f"bench-grading-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        group.mkdir()
+    except OSError:
+        return None
+    return group
+
+
+def _own_cpu_s(group: Path | None) -> float | None:
+    """The group's CPU seconds; the group is removed once its last process has ended."""
+    if group is None:
+        return None
+    used = int((group / "cpuacct.usage").read_text()) / 1e9
+    for _ in range(50):
+        try:
+            group.rmdir()
+            break
+        except OSError:  # a sandbox's last processes are still going away
+            time.sleep(0.1)
+    return used
+
+
 def time_class_grader(submissions: Path, out: Path, jobs: int, python: str = sys.executable, cwd: Path = REPO) -> dict:
+    group = _own_cpu_group()
     started, cpu_before = time.perf_counter(), _machine_busy_s()
     subprocess.run([python, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--quiet",
                     "--jobs", str(jobs), "--fresh"], check=True, cwd=cwd,
                    env={**os.environ, "PATH": f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-                        "PYTHONPATH": str(cwd)})  # that checkout's grader, whatever the venv's install points at
+                        "PYTHONPATH": str(cwd)},  # that checkout's grader, whatever the venv's install points at
+                   preexec_fn=(lambda: (group / "cgroup.procs").write_text(str(os.getpid()))) if group else None)
+    cpu_s, own_cpu_s = _machine_busy_s() - cpu_before, _own_cpu_s(group)
     run = json.loads((out / "run.json").read_text())
-    return {"wall_s": time.perf_counter() - started, "cpu_s": _machine_busy_s() - cpu_before, **run}
+    return {"wall_s": time.perf_counter() - started, "cpu_s": cpu_s, "own_cpu_s": own_cpu_s, **run}
 
 
 def time_nbgrader(submissions: Path, students: list[str], workdir: Path) -> dict:
@@ -177,7 +211,9 @@ def compare(args) -> None:
     core-seconds, three ways: the grading time the summary line states less its one-time reference run, times the
     jobs (the workers keep the cores busy); the workers' own time (``run_s``: no one-time cost at all); and the CPU
     seconds the machine was busy during the run (grader, workers, ranks; the reference run included, so a grader
-    with costlier references pays for them), which time spent waiting for a core does not inflate."""
+    with costlier references pays for them), which time spent waiting for a core does not inflate; and, as root with
+    cgroup v1, the CPU seconds of the run's own processes alone (the same, reference run included), which other work
+    on a shared machine does not inflate either (0 where it cannot be measured). Each run records the load average."""
     import statistics
 
     course = load_course()
@@ -193,23 +229,29 @@ def compare(args) -> None:
                 result = time_class_grader(tmp / "submissions", tmp / f"out-{name}-{i}", args.jobs, python, cwd)
                 phases = result["phases"]
                 runs[name].append({
+                    "load_average_1min": round(os.getloadavg()[0], 2),  # others' load: compare only runs side by side
                     "per_student_s": result["wall_s"] / args.students,
                     "core_s_per_student_exercise": (result["seconds"] - phases["reference_s"]) * args.jobs / per_exercise,
                     "worker_s_per_student_exercise": phases["run_s"] / per_exercise,
-                    "cpu_s_per_student_exercise": result["cpu_s"] / per_exercise})
+                    "cpu_s_per_student_exercise": result["cpu_s"] / per_exercise,
+                    "own_cpu_s_per_student_exercise": (result["own_cpu_s"] or 0.0) / per_exercise})
                 print(f"run {i + 1} {name}: {result['wall_s']:.1f} s for {args.students} students "
                       f"({runs[name][-1]['per_student_s']:.2f} s per student, "
                       f"{runs[name][-1]['core_s_per_student_exercise']:.3f} core-s and "
-                      f"{runs[name][-1]['cpu_s_per_student_exercise']:.3f} CPU-s per student-exercise; "
+                      f"{runs[name][-1]['cpu_s_per_student_exercise']:.3f} CPU-s (machine) and "
+                      f"{runs[name][-1]['own_cpu_s_per_student_exercise']:.3f} CPU-s (own) per student-exercise; "
+                      f"load average {runs[name][-1]['load_average_1min']}; "
                       f"isolation: {result['isolation']})", flush=True)
     figures = ("per_student_s", "core_s_per_student_exercise", "worker_s_per_student_exercise",
-               "cpu_s_per_student_exercise")
+               "cpu_s_per_student_exercise", "own_cpu_s_per_student_exercise")
     median = {k: {f: statistics.median(r[f] for r in v) for f in figures} for k, v in runs.items()}
     result = {"machine": describe_device("cpu"), "students": args.students, "exercises_per_student": exercises,
               "jobs": args.jobs, "notebooks": args.notebooks or "all",
-              "runs": {k: [{f: round(r[f], 3) for f in figures} for r in v] for k, v in runs.items()},
+              "runs": {k: [{f: round(r[f], 3) for f in ("load_average_1min", *figures)} for r in v]
+                       for k, v in runs.items()},
               "median": {k: {f: round(x, 3) for f, x in v.items()} for k, v in median.items()},
-              "ratio_this_to_baseline": {f: round(median["this"][f] / median["baseline"][f], 3) for f in figures}}
+              "ratio_this_to_baseline": {f: round(median["this"][f] / median["baseline"][f], 3) for f in figures
+                                         if median["baseline"][f]}}
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -28,6 +28,7 @@ from ...exercises.ranks import Deferred, rank_fds
 from ...exercises.ranks import configure as configure_ranks
 from ..protocol import BadMessage, Task, loads_bounded
 from .family import RankFamilies
+from .hugepages import collapse_anonymous_memory
 from .isolation import close_inherited, isolate_rank, rank_outputs
 from .kernels import switch_off
 from .scheduling import protect_from_rescheduling
@@ -240,6 +241,7 @@ def main() -> None:
     for exercise in all_exercises().values():
         observer_of(exercise)
     importlib.import_module("torch._dynamo")
+    collapse_anonymous_memory()  # every task and rank is forked from here: forks and exits cost far less then
     _not_dumpable()
     results = os.fdopen(args.results_fd, "w", buffering=1)
     for raw in job["tasks"]:
