@@ -55,7 +55,8 @@ if pid == 0:  # like a rank: small allocations, then a tensor, counted as the me
 os.close(write)
 child = json.loads(os.read(read, 4096))
 os.waitpid(pid, 0)
-mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+thp = "/sys/kernel/mm/transparent_hugepage/enabled"  # absent where the kernel has no transparent huge pages
+mode = open(thp).read() if os.path.exists(thp) else "[never]"
 print(json.dumps({"before": before, "after": after, "collapsed": collapsed, "huge": huge, "mode": mode,
                   "heap_eligible": heap_eligible(), **child}))
 """
