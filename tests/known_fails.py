@@ -35,7 +35,9 @@ def seen(exercise: str, name: str) -> list[dict]:
         where = located(ex, {**parse_observation(student, reference), "raw": student}, reference)
         out.append({"failed": [r.title for r in results if not r.passed],
                     "wrong": [*where.wrong_quantities, *where.follow] if where else [],
-                    "signs": list(where.signs) if where else []})
+                    "signs": list(where.signs) if where else [],
+                    "places": list(where.places) if where else [],
+                    "sizes": list(where.sizes) if where else []})
     return out
 
 
@@ -51,7 +53,10 @@ def record(exercise: str, runs: dict[str, list[dict]]) -> dict[str, dict[str, tu
             out[mistake.id] = {"always": tuple(sorted(set.intersection(*(set(r["failed"]) for r in mine)))),
                                "may": tuple(sorted({t for r in mine for t in r["failed"]})),
                                "wrong": tuple(sorted({q for r in mine for q in r["wrong"]})),
-                               "signs": tuple(sorted({q for r in mine for q in r["signs"]}))}
+                               "signs": tuple(sorted({q for r in mine for q in r["signs"]})),
+                               "places": tuple(sorted({q for r in mine for q in r["places"]})),
+                               "sizes": tuple(sorted({q for r in mine for q in r["sizes"]})),
+                               "certain": tuple(sorted(set.intersection(*(set(r["wrong"]) for r in mine))))}
     return out
 
 
@@ -95,8 +100,10 @@ def merged(before: dict, now: dict) -> dict:
         if not old:
             out[mid] = kinds
             continue
-        out[mid] = {"always": tuple(sorted(set(kinds["always"]) & set(old["always"]))),
-                    **{kind: tuple(sorted(set(kinds[kind]) | set(old[kind]))) for kind in ("may", "wrong", "signs")}}
+        out[mid] = {**{kind: tuple(sorted(set(kinds[kind]) & set(old.get(kind, kinds[kind]))))
+                       for kind in ("always", "certain")},
+                    **{kind: tuple(sorted(set(kinds[kind]) | set(old.get(kind, ()))))
+                       for kind in ("may", "wrong", "signs", "places", "sizes")}}
     return out
 
 
@@ -106,7 +113,7 @@ def covered(run: dict, recorded: dict) -> list[str]:
     problems += [f"{mid}: recorded but no variant fails now" for mid in recorded if mid not in run]
     for mid in set(run) & set(recorded):
         new, old = run[mid], recorded[mid]
-        for kind in ("may", "wrong"):  # what diagnosis.fits_completely reads
+        for kind in ("wrong", "signs", "places", "sizes"):  # what diagnosis.fits_completely reads
             if not set(new[kind]) <= set(old[kind]):
                 problems.append(f"{mid}: {kind} not recorded: {sorted(set(new[kind]) - set(old[kind]))}")
     return problems

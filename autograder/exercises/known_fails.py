@@ -15,6 +15,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'One all-reduce per bucket, of the bucket size asked for',
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
             ),
+            'certain': (
+                'the gradients after backward',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
                 'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
@@ -30,10 +33,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the gradients after backward: off',
             ),
+            'places': (
+                'the gradients after backward @ overlap',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+                'the gradients after backward: smaller',
+            ),
         },
         'all_reduce_only_after_backward': {
             'always': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'certain': (
+                'the gradients after backward',
             ),
             'may': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
@@ -43,12 +56,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the gradients after backward: off',
+            ),
+            'places': (
+                'the gradients after backward @ overlap',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'never_resets_between_steps': {
             'always': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
             ),
+            'certain': (
+                'the gradients after backward',
+            ),
             'may': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
             ),
@@ -58,10 +81,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the gradients after backward: off',
             ),
+            'places': (
+                'the gradients after backward @ overlap',
+            ),
+            'sizes': (
+                'the gradients after backward: smaller',
+            ),
         },
         'waits_in_the_hook': {
             'always': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'certain': (
+                'the gradients after backward',
             ),
             'may': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
@@ -72,6 +104,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the gradients after backward: off',
                 'the gradients after backward: ÷world_size',
+            ),
+            'places': (
+                'the gradients after backward @ overlap',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'does_nothing': {
@@ -84,6 +123,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'One all-reduce per bucket, of the bucket size asked for',
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
             ),
+            'certain': (
+                'the gradients after backward',
+                'the parameters after construction',
+                'the parameters after training',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
                 'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
@@ -103,6 +147,28 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients after backward: ×world_size',
                 'the parameters after construction: off',
                 'the parameters after training: off',
+            ),
+            'places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ per_param',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after construction @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ per_param',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+                'the gradients after backward: smaller',
+                'the parameters after construction: larger',
+                'the parameters after construction: smaller',
+                'the parameters after training: larger',
+                'the parameters after training: smaller',
             ),
         },
         'zeroes_the_gradients': {
@@ -115,6 +181,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'One all-reduce per bucket, of the bucket size asked for',
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
             ),
+            'certain': (
+                'the gradients after backward',
+                'the parameters after construction',
+                'the parameters after training',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
                 'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
@@ -134,6 +205,25 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after construction: off',
                 'the parameters after training: off',
             ),
+            'places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ per_param',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after construction @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ per_param',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'sizes': (
+                'the gradients after backward: smaller',
+                'the parameters after construction: larger',
+                'the parameters after training: larger',
+            ),
         },
         'sums_without_dividing': {
             'always': (
@@ -143,6 +233,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Gradients and trained parameters match DDP with one bucket per parameter (2 ranks)',
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'certain': (
+                'the gradients after backward',
+                'the parameters after training',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -161,10 +255,32 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients after backward: ×world_size',
                 'the parameters after training: off',
             ),
+            'places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ per_param',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ per_param',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+                'the gradients after backward: smaller',
+            ),
         },
         'does_not_broadcast': {
             'always': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
+            ),
+            'certain': (
+                'the gradients after backward',
+                'the parameters after construction',
+                'the parameters after training',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -179,10 +295,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after construction: off',
                 'the parameters after training: off',
             ),
+            'places': (
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ three_ranks',
+                'the parameters after construction @ three_ranks',
+                'the parameters after training @ three_ranks',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+                'the gradients after backward: smaller',
+                'the parameters after construction: larger',
+                'the parameters after construction: smaller',
+                'the parameters after training: larger',
+                'the parameters after training: smaller',
+            ),
         },
         'one_all_reduce_per_parameter': {
             'always': (
                 'One all-reduce per bucket, of the bucket size asked for',
+            ),
+            'certain': (
+                'the gradients after backward',
             ),
             'may': (
                 'One all-reduce per bucket, of the bucket size asked for',
@@ -194,6 +327,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients after backward: off',
                 'the gradients after backward: ÷world_size',
             ),
+            'places': (
+                'the gradients after backward @ overlap',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+            ),
         },
         'launches_bucket_at_its_first_gradient': {
             'always': (
@@ -203,6 +342,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
                 'One all-reduce per bucket, of the bucket size asked for',
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
+            ),
+            'certain': (
+                'the gradients after backward',
+                'the parameters after training',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -219,12 +362,31 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the gradients after backward: off',
                 'the gradients after backward: zeros',
+                'the gradients after backward: ×world_size²',
                 'the parameters after training: off',
+            ),
+            'places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'hooks_on_frozen_parameters': {
             'always': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
+            ),
+            'certain': (
+                'the gradients after backward',
             ),
             'may': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
@@ -237,10 +399,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients after backward: off',
                 'the gradients after backward: ÷world_size',
             ),
+            'places': (
+                'the gradients after backward @ overlap',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+            ),
         },
         'never_sends_bucket_with_unused_parameter': {
             'always': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
+            ),
+            'certain': (
+                'the gradients after backward',
+                'the parameters after training',
             ),
             'may': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
@@ -253,10 +425,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients after backward: off',
                 'the parameters after training: off',
             ),
+            'places': (
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ special',
+                'the parameters after training @ special',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+                'the gradients after backward: smaller',
+            ),
         },
         'waits_forever_for_unused_parameter': {
             'always': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
+            ),
+            'certain': (
+                'the gradients after backward',
             ),
             'may': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
@@ -267,6 +451,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
                 'the gradients after backward: off',
+            ),
+            'places': (
+                'the gradients after backward @ overlap',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'rank_dependent_bucket_order': {
@@ -278,6 +469,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'One all-reduce per bucket, of the bucket size asked for',
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
             ),
+            'certain': (
+                'the gradients after backward',
+                'the parameters after training',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
                 'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
@@ -295,6 +490,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients after backward: off',
                 'the parameters after training: off',
             ),
+            'places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ three_ranks',
+            ),
+            'sizes': (
+                'the gradients after backward: larger',
+                'the gradients after backward: smaller',
+            ),
         },
     },
     'ExpertParallelMoE': {
@@ -302,12 +510,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'always': (
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
             ),
+            'certain': (
+            ),
             'may': (
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
             ),
             'wrong': (
             ),
             'signs': (
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'assumes_it_receives_what_it_sends': {
@@ -315,6 +529,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
             ),
+            'certain': (
+            ),
             'may': (
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
@@ -323,6 +539,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'skips_experts_without_rows': {
@@ -330,6 +550,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
             ),
+            'certain': (
+            ),
             'may': (
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
@@ -338,6 +560,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'computes_every_expert_locally': {
@@ -349,6 +575,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
                 "x.grad equals the dense MoE's (2 ranks)",
             ),
+            'certain': (
+                "the experts' gradients",
+                'the output',
+                "the router's gradient",
+                "x's gradient",
+            ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
@@ -369,6 +601,28 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output: off',
                 "the router's gradient: off",
                 "x's gradient: off",
+            ),
+            'places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ three_ranks_skewed",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                'the output @ four_ranks',
+                'the output @ three_ranks_skewed',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "the router's gradient @ four_ranks",
+                "the router's gradient @ three_ranks_skewed",
+                "the router's gradient @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ three_ranks_skewed",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                "the experts' gradients: smaller",
+                'the output: larger',
+                "the router's gradient: larger",
+                "x's gradient: larger",
             ),
         },
         'returns_x': {
@@ -380,6 +634,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
                 "x.grad equals the dense MoE's (2 ranks)",
             ),
+            'certain': (
+                "the experts' gradients",
+                'the output',
+                "the router's gradient",
+                "x's gradient",
+            ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
@@ -400,6 +660,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the router's gradient: missing",
                 "x's gradient: off",
             ),
+            'places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ three_ranks_skewed",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                'the output @ four_ranks',
+                'the output @ three_ranks_skewed',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "the router's gradient @ four_ranks",
+                "the router's gradient @ three_ranks_skewed",
+                "the router's gradient @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ three_ranks_skewed",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                "the experts' gradients: smaller",
+                'the output: larger',
+                "x's gradient: larger",
+            ),
         },
         'dispatch_outside_autograd': {
             'always': (
@@ -407,6 +688,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
                 "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'certain': (
+                "the experts' gradients",
+                "x's gradient",
             ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
@@ -421,6 +706,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 "the experts' gradients: zeros",
                 "x's gradient: off",
+            ),
+            'places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ three_ranks_skewed",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ three_ranks_skewed",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                "the experts' gradients: smaller",
+                "x's gradient: smaller",
             ),
         },
         'global_expert_id_as_local_index': {
@@ -432,6 +730,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
                 "x.grad equals the dense MoE's (2 ranks)",
             ),
+            'certain': (
+            ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
@@ -444,6 +744,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'list_all_to_all_without_padding': {
@@ -455,6 +759,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
                 "x.grad equals the dense MoE's (2 ranks)",
             ),
+            'certain': (
+            ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
@@ -468,6 +774,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
         'local_index_into_the_full_list': {
             'always': (
@@ -477,6 +787,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
                 "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'certain': (
+                "the experts' gradients",
+                'the output',
+                "the router's gradient",
+                "x's gradient",
             ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
@@ -498,6 +814,25 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the router's gradient: off",
                 "x's gradient: off",
             ),
+            'places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                'the output @ four_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "the router's gradient @ four_ranks",
+                "the router's gradient @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                "the experts' gradients: smaller",
+                'the output: larger',
+                "the router's gradient: larger",
+                "the router's gradient: smaller",
+                "x's gradient: larger",
+            ),
         },
         'no_gate': {
             'always': (
@@ -507,6 +842,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
                 "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'certain': (
+                "the experts' gradients",
+                'the output',
+                "the router's gradient",
+                "x's gradient",
             ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
@@ -528,6 +869,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the router's gradient: missing",
                 "x's gradient: off",
             ),
+            'places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ three_ranks_skewed",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                'the output @ four_ranks',
+                'the output @ three_ranks_skewed',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "the router's gradient @ four_ranks",
+                "the router's gradient @ three_ranks_skewed",
+                "the router's gradient @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ three_ranks_skewed",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                "the experts' gradients: larger",
+                'the output: larger',
+                "x's gradient: larger",
+            ),
         },
         'not_unpermuted': {
             'always': (
@@ -537,6 +899,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "The router's gradient, summed over the ranks, equals the dense MoE's (2 ranks)",
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
                 "x.grad equals the dense MoE's (2 ranks)",
+            ),
+            'certain': (
+                "the experts' gradients",
+                'the output',
+                "the router's gradient",
+                "x's gradient",
             ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
@@ -557,6 +925,32 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output: off',
                 "the router's gradient: off",
                 "x's gradient: off",
+            ),
+            'places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ three_ranks_skewed",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                'the output @ four_ranks',
+                'the output @ three_ranks_skewed',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "the router's gradient @ four_ranks",
+                "the router's gradient @ three_ranks_skewed",
+                "the router's gradient @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ three_ranks_skewed",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                "the experts' gradients: larger",
+                "the experts' gradients: smaller",
+                'the output: larger',
+                'the output: smaller',
+                "the router's gradient: larger",
+                "the router's gradient: smaller",
+                "x's gradient: larger",
+                "x's gradient: smaller",
             ),
         },
     },
@@ -571,6 +965,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "The gradients dq, dk, dv equal attention's (float32)",
                 'The output equals softmax(q kᵀ/√d) v (float32, lengths a multiple of the tile)',
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
+            ),
+            'certain': (
+                'dk',
+                'dq',
+                'o',
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -592,6 +991,30 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dq: off',
                 'o: off',
             ),
+            'places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dk @ large_logits',
+                'dk @ plain',
+                'dk @ ragged',
+                'dq @ bf16',
+                'dq @ causal',
+                'dq @ large_logits',
+                'dq @ memory',
+                'dq @ plain',
+                'dq @ ragged',
+                'o @ bf16',
+                'o @ causal',
+                'o @ large_logits',
+                'o @ memory',
+                'o @ plain',
+                'o @ ragged',
+            ),
+            'sizes': (
+                'dk: larger',
+                'dq: larger',
+                'o: larger',
+            ),
         },
         'missing_scale': {
             'always': (
@@ -603,6 +1026,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "The gradients dq, dk, dv equal attention's (float32)",
                 'The output equals softmax(q kᵀ/√d) v (float32, lengths a multiple of the tile)',
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
+            ),
+            'certain': (
+                'dk',
+                'dq',
+                'dv',
+                'o',
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -626,11 +1055,47 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dv: off',
                 'o: off',
             ),
+            'places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dk @ large_logits',
+                'dk @ plain',
+                'dk @ ragged',
+                'dq @ bf16',
+                'dq @ causal',
+                'dq @ large_logits',
+                'dq @ memory',
+                'dq @ plain',
+                'dq @ ragged',
+                'dv @ bf16',
+                'dv @ causal',
+                'dv @ large_logits',
+                'dv @ plain',
+                'dv @ ragged',
+                'o @ bf16',
+                'o @ causal',
+                'o @ large_logits',
+                'o @ memory',
+                'o @ plain',
+                'o @ ragged',
+            ),
+            'sizes': (
+                'dk: larger',
+                'dq: larger',
+                'dv: larger',
+                'o: larger',
+            ),
         },
         'causal_mask_off_by_one': {
             'always': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
+            ),
+            'certain': (
+                'dk',
+                'dq',
+                'dv',
+                'o',
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -648,10 +1113,28 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dv: not finite',
                 'o: not finite',
             ),
+            'places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dq @ bf16',
+                'dq @ causal',
+                'dv @ bf16',
+                'dv @ causal',
+                'o @ bf16',
+                'o @ causal',
+            ),
+            'sizes': (
+            ),
         },
         'no_max_subtraction': {
             'always': (
                 'Scores near 100 do not overflow (output and gradients)',
+            ),
+            'certain': (
+                'dk',
+                'dq',
+                'dv',
+                'o',
             ),
             'may': (
                 'Scores near 100 do not overflow (output and gradients)',
@@ -668,6 +1151,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dv: zeros',
                 'o: not finite',
             ),
+            'places': (
+                'dk @ large_logits',
+                'dq @ large_logits',
+                'dv @ large_logits',
+                'o @ large_logits',
+            ),
+            'sizes': (
+                'dv: smaller',
+            ),
         },
         'last_partial_tile_dropped': {
             'always': (
@@ -675,6 +1167,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Lengths not multiples of the tile, n_q ≠ n_k, one leading dimension',
                 'Scores near 100 do not overflow (output and gradients)',
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
+            ),
+            'certain': (
+                'dk',
+                'dq',
+                'dv',
+                'o',
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -694,6 +1192,30 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dv: off',
                 'o: off',
             ),
+            'places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dk @ large_logits',
+                'dk @ ragged',
+                'dq @ bf16',
+                'dq @ causal',
+                'dq @ large_logits',
+                'dq @ ragged',
+                'dv @ bf16',
+                'dv @ causal',
+                'dv @ large_logits',
+                'dv @ ragged',
+                'o @ bf16',
+                'o @ causal',
+                'o @ large_logits',
+                'o @ ragged',
+            ),
+            'sizes': (
+                'dk: smaller',
+                'dq: smaller',
+                'dv: smaller',
+                'o: smaller',
+            ),
         },
         'd_summed_over_one_key_tile': {
             'always': (
@@ -702,6 +1224,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Scores near 100 do not overflow (output and gradients)',
                 "The gradients dq, dk, dv equal attention's (float32)",
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
+            ),
+            'certain': (
+                'dk',
+                'dq',
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -718,6 +1244,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dk: off',
                 'dq: off',
             ),
+            'places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dk @ large_logits',
+                'dk @ plain',
+                'dk @ ragged',
+                'dq @ bf16',
+                'dq @ causal',
+                'dq @ large_logits',
+                'dq @ memory',
+                'dq @ plain',
+                'dq @ ragged',
+            ),
+            'sizes': (
+                'dk: smaller',
+                'dq: larger',
+            ),
         },
         'l_saved_as_max_only': {
             'always': (
@@ -726,6 +1269,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Scores near 100 do not overflow (output and gradients)',
                 "The gradients dq, dk, dv equal attention's (float32)",
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
+            ),
+            'certain': (
+                'dk',
+                'dq',
+                'dv',
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -744,10 +1292,36 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dq: off',
                 'dv: off',
             ),
+            'places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dk @ large_logits',
+                'dk @ plain',
+                'dk @ ragged',
+                'dq @ bf16',
+                'dq @ causal',
+                'dq @ large_logits',
+                'dq @ memory',
+                'dq @ plain',
+                'dq @ ragged',
+                'dv @ bf16',
+                'dv @ causal',
+                'dv @ large_logits',
+                'dv @ plain',
+                'dv @ ragged',
+            ),
+            'sizes': (
+                'dk: larger',
+                'dq: larger',
+                'dv: larger',
+            ),
         },
         'float32_output_for_bf16': {
             'always': (
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
+            ),
+            'certain': (
+                'the dtype of o',
             ),
             'may': (
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
@@ -758,11 +1332,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the dtype of o: differs',
             ),
+            'places': (
+                'the dtype of o @ bf16',
+            ),
+            'sizes': (
+            ),
         },
         'saves_p_for_backward': {
             'always': (
                 'Forward + backward never hold an n_q × n_k matrix (peak memory, measured outside your process)',
                 'Saves q, k, v, o and L for backward, nothing of size n_q × n_k',
+            ),
+            'certain': (
             ),
             'may': (
                 'Forward + backward never hold an n_q × n_k matrix (peak memory, measured outside your process)',
@@ -771,6 +1352,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'wrong': (
             ),
             'signs': (
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'backward_through_naive_attention': {
@@ -778,6 +1363,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Forward + backward never hold an n_q × n_k matrix (peak memory, measured outside your process)',
                 'Saves q, k, v, o and L for backward, nothing of size n_q × n_k',
             ),
+            'certain': (
+            ),
             'may': (
                 'Forward + backward never hold an n_q × n_k matrix (peak memory, measured outside your process)',
                 'Saves q, k, v, o and L for backward, nothing of size n_q × n_k',
@@ -785,6 +1372,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'wrong': (
             ),
             'signs': (
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'calls_torch_sdpa': {
@@ -798,6 +1389,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'The output equals softmax(q kᵀ/√d) v (float32, lengths a multiple of the tile)',
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
             ),
+            'certain': (
+            ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
                 'Forward + backward never hold an n_q × n_k matrix (peak memory, measured outside your process)',
@@ -812,6 +1405,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
         'returns_zeros': {
             'always': (
@@ -823,6 +1420,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "The gradients dq, dk, dv equal attention's (float32)",
                 'The output equals softmax(q kᵀ/√d) v (float32, lengths a multiple of the tile)',
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
+            ),
+            'certain': (
+                'dq',
+                'o',
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -843,6 +1444,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'o: zeros',
                 'raised',
             ),
+            'places': (
+                'dq @ memory',
+                'o @ memory',
+            ),
+            'sizes': (
+                'dq: smaller',
+                'o: smaller',
+            ),
         },
     },
     'MiniFSDP': {
@@ -856,6 +1465,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
                 'With param_dtype=bfloat16, the master weights stay float32',
                 "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'certain': (
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -872,6 +1483,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
         'forgets_to_divide': {
             'always': (
@@ -882,6 +1497,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
                 'With param_dtype=bfloat16, the master weights stay float32',
                 "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'certain': (
+                'grad_norm',
+                'parameter 0.bias',
+                'parameter 0.weight',
+                'parameter 2.bias',
+                'parameter 2.weight',
+                'parameter 4.bias',
+                'parameter 4.weight',
+                'the gradient norms',
+                'the losses',
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -905,6 +1531,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'grad_norm: off',
+                'grad_norm: ×world_size',
                 'parameter 0.bias: off',
                 'parameter 0.weight: off',
                 'parameter 2.bias: off',
@@ -915,12 +1542,49 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradient norms: ×world_size',
                 'the losses: off',
             ),
+            'places': (
+                'grad_norm @ memory',
+                'parameter 0.bias @ fp32_three',
+                'parameter 0.bias @ fp32_two',
+                'parameter 0.weight @ bf16_two',
+                'parameter 0.weight @ fp32_three',
+                'parameter 0.weight @ fp32_two',
+                'parameter 2.bias @ bf16_two',
+                'parameter 2.bias @ fp32_three',
+                'parameter 2.bias @ fp32_two',
+                'parameter 2.weight @ bf16_two',
+                'parameter 2.weight @ fp32_three',
+                'parameter 2.weight @ fp32_two',
+                'parameter 4.bias @ bf16_two',
+                'parameter 4.bias @ fp32_three',
+                'parameter 4.bias @ fp32_two',
+                'parameter 4.weight @ bf16_two',
+                'parameter 4.weight @ fp32_three',
+                'parameter 4.weight @ fp32_two',
+                'the gradient norms @ bf16_two',
+                'the gradient norms @ fp32_three',
+                'the gradient norms @ fp32_two',
+                'the losses @ fp32_three',
+                'the losses @ fp32_two',
+            ),
+            'sizes': (
+                'grad_norm: larger',
+                'parameter 2.bias: larger',
+                'parameter 4.bias: larger',
+                'parameter 4.bias: smaller',
+                'parameter 4.weight: larger',
+                'the gradient norms: larger',
+                'the losses: larger',
+            ),
         },
         'all_reduce_keeps_full_grads': {
             'always': (
                 'Each rank keeps only its shard of every layer between steps',
                 'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
                 'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
+            ),
+            'certain': (
+                'grad_norm',
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -932,6 +1596,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'grad_norm: off',
+            ),
+            'places': (
+                'grad_norm @ memory',
+            ),
+            'sizes': (
+                'grad_norm: smaller',
             ),
         },
         'never_frees_gathered': {
@@ -940,6 +1610,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
                 'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
             ),
+            'certain': (
+                'grad_norm',
+            ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
                 'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
@@ -951,11 +1624,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'grad_norm: off',
             ),
+            'places': (
+                'grad_norm @ memory',
+            ),
+            'sizes': (
+                'grad_norm: larger',
+            ),
         },
         'keeps_gathered_layers_for_backward': {
             'always': (
                 'Each rank keeps only its shard of every layer between steps',
                 'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+            ),
+            'certain': (
+                'grad_norm',
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -972,6 +1654,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'grad_norm: off',
                 'raised',
             ),
+            'places': (
+                'grad_norm @ memory',
+            ),
+            'sizes': (
+                'grad_norm: larger',
+                'grad_norm: smaller',
+            ),
         },
         'unsharded_wrapper': {
             'always': (
@@ -983,6 +1672,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
                 'With param_dtype=bfloat16, the master weights stay float32',
                 "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'certain': (
+                'grad_norm',
+                'parameter 0.bias',
+                'parameter 0.weight',
+                'parameter 2.bias',
+                'parameter 2.weight',
+                'parameter 4.bias',
+                'parameter 4.weight',
+                'the gradient norms',
+                'the losses',
+                'the shard size',
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -1020,12 +1721,52 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the shard size: off',
                 'the shard size: ×world_size',
             ),
+            'places': (
+                'grad_norm @ memory',
+                'parameter 0.bias @ fp32_three',
+                'parameter 0.bias @ fp32_two',
+                'parameter 0.weight @ bf16_two',
+                'parameter 0.weight @ fp32_three',
+                'parameter 0.weight @ fp32_two',
+                'parameter 2.bias @ bf16_two',
+                'parameter 2.bias @ fp32_three',
+                'parameter 2.bias @ fp32_two',
+                'parameter 2.weight @ bf16_two',
+                'parameter 2.weight @ fp32_three',
+                'parameter 2.weight @ fp32_two',
+                'parameter 4.bias @ bf16_two',
+                'parameter 4.bias @ fp32_three',
+                'parameter 4.bias @ fp32_two',
+                'parameter 4.weight @ bf16_two',
+                'parameter 4.weight @ fp32_three',
+                'parameter 4.weight @ fp32_two',
+                'the gradient norms @ bf16_two',
+                'the gradient norms @ fp32_three',
+                'the gradient norms @ fp32_two',
+                'the losses @ bf16_two',
+                'the losses @ fp32_three',
+                'the losses @ fp32_two',
+                'the shard size @ bf16_two',
+                'the shard size @ fp32_three',
+                'the shard size @ fp32_two',
+            ),
+            'sizes': (
+                'grad_norm: larger',
+                'parameter 4.bias: larger',
+                'parameter 4.bias: smaller',
+                'the gradient norms: larger',
+                'the losses: larger',
+                'the shard size: larger',
+            ),
         },
         'no_padding': {
             'always': (
                 'Each rank keeps only its shard of every layer between steps',
                 'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
                 'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
+            ),
+            'certain': (
+                'grad_norm',
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -1039,6 +1780,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'grad_norm: off',
                 'raised',
             ),
+            'places': (
+                'grad_norm @ memory',
+            ),
+            'sizes': (
+                'grad_norm: larger',
+                'grad_norm: smaller',
+            ),
         },
         'shards_columns_gathers_rows': {
             'always': (
@@ -1050,6 +1798,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
                 'With param_dtype=bfloat16, the master weights stay float32',
                 "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'certain': (
+                'grad_norm',
+                'loss',
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -1070,6 +1822,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'loss: off',
                 'raised',
             ),
+            'places': (
+                'grad_norm @ memory',
+                'loss @ memory',
+            ),
+            'sizes': (
+                'loss: larger',
+            ),
         },
         'bf16_master_weights': {
             'always': (
@@ -1077,6 +1836,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
                 'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
                 'With param_dtype=bfloat16, the master weights stay float32',
+            ),
+            'certain': (
+                'grad_norm',
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -1091,10 +1853,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'grad_norm: off',
                 'raised',
             ),
+            'places': (
+                'grad_norm @ memory',
+            ),
+            'sizes': (
+                'grad_norm: larger',
+                'grad_norm: smaller',
+            ),
         },
         'computes_in_float32_with_bf16_weights': {
             'always': (
                 'With param_dtype=bfloat16, the master weights stay float32',
+            ),
+            'certain': (
+                'grad_norm',
             ),
             'may': (
                 'With param_dtype=bfloat16, the master weights stay float32',
@@ -1104,6 +1876,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'grad_norm: off',
+            ),
+            'places': (
+                'grad_norm @ memory',
+            ),
+            'sizes': (
+                'grad_norm: larger',
+                'grad_norm: smaller',
             ),
         },
         'constant_output': {
@@ -1116,6 +1895,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
                 'With param_dtype=bfloat16, the master weights stay float32',
                 "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'certain': (
+                'grad_norm',
+                'loss',
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -1136,6 +1919,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'loss: zeros',
                 'raised',
             ),
+            'places': (
+                'grad_norm @ memory',
+                'loss @ memory',
+            ),
+            'sizes': (
+                'grad_norm: smaller',
+                'loss: smaller',
+            ),
         },
         'deadlocks_rank_one': {
             'always': (
@@ -1147,6 +1938,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'With param_dtype=bfloat16, losses and gradient norms match FSDP2 within tolerance',
                 'With param_dtype=bfloat16, the master weights stay float32',
                 "gather_full_params() returns FSDP2's trained float32 parameters",
+            ),
+            'certain': (
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -1163,6 +1956,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
     },
     'ShardedOptimizer': {
@@ -1174,6 +1971,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
                 'Matches unsharded SGD with momentum after several steps (3 ranks)',
                 'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'certain': (
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -1187,6 +1986,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
         'does_nothing': {
             'always': (
@@ -1196,6 +1999,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
                 'Matches unsharded SGD with momentum after several steps (3 ranks)',
                 'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'certain': (
+                "the optimizer state's bytes on a rank",
+                'the parameters after each step',
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -1213,6 +2020,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the optimizer state's bytes on a rank: zeros",
                 'the parameters after each step: off',
             ),
+            'places': (
+                "the optimizer state's bytes on a rank @ adamw_two",
+                "the optimizer state's bytes on a rank @ few_params",
+                "the optimizer state's bytes on a rank @ groups",
+                "the optimizer state's bytes on a rank @ memory",
+                "the optimizer state's bytes on a rank @ sgd_three",
+                'the parameters after each step @ adamw_two',
+                'the parameters after each step @ few_params',
+                'the parameters after each step @ groups',
+                'the parameters after each step @ sgd_three',
+            ),
+            'sizes': (
+                "the optimizer state's bytes on a rank: smaller",
+                'the parameters after each step: larger',
+                'the parameters after each step: smaller',
+            ),
         },
         'broadcasts_from_the_wrong_owner': {
             'always': (
@@ -1221,6 +2044,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
                 'Matches unsharded AdamW with weight decay after several steps (2 ranks)',
                 'Matches unsharded SGD with momentum after several steps (3 ranks)',
+            ),
+            'certain': (
+                'the parameters after each step',
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -1234,6 +2060,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the parameters after each step: off',
+            ),
+            'places': (
+                'the parameters after each step @ adamw_two',
+                'the parameters after each step @ groups',
+                'the parameters after each step @ sgd_three',
+            ),
+            'sizes': (
+                'the parameters after each step: larger',
+                'the parameters after each step: smaller',
             ),
         },
         'never_shares_the_parameters': {
@@ -1245,6 +2080,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Matches unsharded SGD with momentum after several steps (3 ranks)',
                 'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
             ),
+            'certain': (
+                'the parameters after each step',
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
                 'Every rank holds the same parameters after every step()',
@@ -1259,10 +2097,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the parameters after each step: off',
             ),
+            'places': (
+                'the parameters after each step @ adamw_two',
+                'the parameters after each step @ few_params',
+                'the parameters after each step @ groups',
+                'the parameters after each step @ sgd_three',
+            ),
+            'sizes': (
+                'the parameters after each step: larger',
+                'the parameters after each step: smaller',
+            ),
         },
         'every_rank_steps_everything': {
             'always': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+            ),
+            'certain': (
+                "the optimizer state's bytes on a rank",
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -1274,10 +2125,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the optimizer state's bytes on a rank: off",
                 "the optimizer state's bytes on a rank: ×world_size",
             ),
+            'places': (
+                "the optimizer state's bytes on a rank @ adamw_two",
+                "the optimizer state's bytes on a rank @ few_params",
+                "the optimizer state's bytes on a rank @ groups",
+                "the optimizer state's bytes on a rank @ memory",
+                "the optimizer state's bytes on a rank @ sgd_three",
+            ),
+            'sizes': (
+                "the optimizer state's bytes on a rank: larger",
+            ),
         },
         'no_sharding_balanced_looking_state': {
             'always': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+            ),
+            'certain': (
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -1286,10 +2149,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
         'round_robin_unbalanced': {
             'always': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+            ),
+            'certain': (
+                "the optimizer state's bytes on a rank",
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -1301,10 +2171,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the optimizer state's bytes on a rank: off",
                 "the optimizer state's bytes on a rank: ÷world_size²",
             ),
+            'places': (
+                "the optimizer state's bytes on a rank @ adamw_two",
+                "the optimizer state's bytes on a rank @ groups",
+                "the optimizer state's bytes on a rank @ sgd_three",
+            ),
+            'sizes': (
+                "the optimizer state's bytes on a rank: larger",
+                "the optimizer state's bytes on a rank: smaller",
+            ),
         },
         'drops_group_hyperparameters': {
             'always': (
                 "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+            ),
+            'certain': (
+                'the parameters after each step',
             ),
             'may': (
                 "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
@@ -1315,10 +2197,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the parameters after each step: off',
             ),
+            'places': (
+                'the parameters after each step @ groups',
+            ),
+            'sizes': (
+                'the parameters after each step: larger',
+            ),
         },
         'no_add_param_group': {
             'always': (
                 "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
+            ),
+            'certain': (
+                "the optimizer state's bytes on a rank",
+                'the parameters after each step',
             ),
             'may': (
                 "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
@@ -1331,10 +2223,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the optimizer state's bytes on a rank: off",
                 'the parameters after each step: off',
             ),
+            'places': (
+                "the optimizer state's bytes on a rank @ groups",
+                'the parameters after each step @ groups',
+            ),
+            'sizes': (
+                "the optimizer state's bytes on a rank: smaller",
+                'the parameters after each step: larger',
+            ),
         },
         'empty_shard_crashes': {
             'always': (
                 'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
+            ),
+            'certain': (
             ),
             'may': (
                 'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
@@ -1343,6 +2245,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'only_the_owner_broadcasts': {
@@ -1354,6 +2260,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Matches unsharded SGD with momentum after several steps (3 ranks)',
                 'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
             ),
+            'certain': (
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
                 'Every rank holds the same parameters after every step()',
@@ -1366,6 +2274,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
     },
@@ -2071,6 +2983,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "Returns the documented table: time steps of num_stages slots (None, ('F', j) or ('B', j))",
                 'Runs every forward and every backward exactly once on every stage',
             ),
+            'certain': (
+                'the schedule table',
+                "the schedule's length",
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Has the bubble (p - 1)/(m + p - 1) of idle stage-steps',
@@ -2089,6 +3005,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the schedule table: differs',
                 "the schedule's length: +2",
             ),
+            'places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+                "the schedule's length @ edge_0",
+                "the schedule's length @ edge_1",
+                "the schedule's length @ edge_2",
+                "the schedule's length @ edge_3",
+                "the schedule's length @ main_0",
+                "the schedule's length @ main_1",
+                "the schedule's length @ main_2",
+                "the schedule's length @ main_3",
+                "the schedule's length @ main_4",
+                "the schedule's length @ main_5",
+                "the schedule's length @ main_6",
+            ),
+            'sizes': (
+                "the schedule's length: larger",
+            ),
         },
         'one_stage_too_few': {
             'always': (
@@ -2097,6 +3040,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Matches the reference schedule step by step (including hidden cases)',
                 'Respects the dependencies between stages and between a forward and its backward',
                 'Runs every forward and every backward exactly once on every stage',
+            ),
+            'certain': (
+                'the schedule table',
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -2111,6 +3057,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the schedule table: differs',
             ),
+            'places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'sizes': (
+            ),
         },
         'too_long_by_one': {
             'always': (
@@ -2118,6 +3079,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Has the bubble (p - 1)/(m + p - 1) of idle stage-steps',
                 'Is as short as possible: 2(m + p - 1) time steps',
                 'Matches the reference schedule step by step (including hidden cases)',
+            ),
+            'certain': (
+                'the schedule table',
+                "the schedule's length",
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -2133,6 +3098,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the schedule table: differs',
                 "the schedule's length: +1",
             ),
+            'places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+                "the schedule's length @ edge_0",
+                "the schedule's length @ edge_1",
+                "the schedule's length @ edge_2",
+                "the schedule's length @ edge_3",
+                "the schedule's length @ main_0",
+                "the schedule's length @ main_1",
+                "the schedule's length @ main_2",
+                "the schedule's length @ main_3",
+                "the schedule's length @ main_4",
+                "the schedule's length @ main_5",
+                "the schedule's length @ main_6",
+            ),
+            'sizes': (
+                "the schedule's length: larger",
+            ),
         },
         'backward_overwrites_last_forward': {
             'always': (
@@ -2142,6 +3134,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Respects the dependencies between stages and between a forward and its backward',
                 'Runs every forward and every backward exactly once on every stage',
             ),
+            'certain': (
+                'the schedule table',
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Has the bubble (p - 1)/(m + p - 1) of idle stage-steps',
@@ -2155,12 +3150,30 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the schedule table: differs',
             ),
+            'places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'sizes': (
+            ),
         },
         'backward_starts_same_step_everywhere': {
             'always': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Matches the reference schedule step by step (including hidden cases)',
                 'Respects the dependencies between stages and between a forward and its backward',
+            ),
+            'certain': (
+                'the schedule table',
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -2172,6 +3185,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the schedule table: differs',
+            ),
+            'places': (
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'sizes': (
             ),
         },
         'forward_without_stage_offset': {
@@ -2180,6 +3206,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Matches the reference schedule step by step (including hidden cases)',
                 'Respects the dependencies between stages and between a forward and its backward',
             ),
+            'certain': (
+                'the schedule table',
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Matches the reference schedule step by step (including hidden cases)',
@@ -2191,12 +3220,28 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the schedule table: differs',
             ),
+            'places': (
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'sizes': (
+            ),
         },
         'one_f_one_b_order': {
             'always': (
                 'Handles the edge cases: one stage, one micro-batch',
                 "Keeps GPipe's order: every stage finishes its forwards before its backwards",
                 'Matches the reference schedule step by step (including hidden cases)',
+            ),
+            'certain': (
+                'the schedule table',
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -2208,6 +3253,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the schedule table: differs',
+            ),
+            'places': (
+                'the schedule table @ edge_1',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'sizes': (
             ),
         },
         'stages_as_rows': {
@@ -2220,6 +3277,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Respects the dependencies between stages and between a forward and its backward',
                 "Returns the documented table: time steps of num_stages slots (None, ('F', j) or ('B', j))",
                 'Runs every forward and every backward exactly once on every stage',
+            ),
+            'certain': (
+                'the schedule table',
+                "the schedule's length",
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -2242,6 +3303,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the schedule's length: −1",
                 "the schedule's length: −2",
             ),
+            'places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+                "the schedule's length @ edge_0",
+                "the schedule's length @ edge_1",
+                "the schedule's length @ edge_2",
+                "the schedule's length @ edge_3",
+                "the schedule's length @ main_0",
+                "the schedule's length @ main_1",
+                "the schedule's length @ main_2",
+                "the schedule's length @ main_3",
+                "the schedule's length @ main_4",
+                "the schedule's length @ main_5",
+                "the schedule's length @ main_6",
+            ),
+            'sizes': (
+                "the schedule's length: smaller",
+            ),
         },
         'strings_instead_of_tuples': {
             'always': (
@@ -2253,6 +3341,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Respects the dependencies between stages and between a forward and its backward',
                 "Returns the documented table: time steps of num_stages slots (None, ('F', j) or ('B', j))",
                 'Runs every forward and every backward exactly once on every stage',
+            ),
+            'certain': (
+                'the schedule table',
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -2269,6 +3360,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the schedule table: differs',
+            ),
+            'places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'sizes': (
             ),
         },
         'microbatches_from_one': {
@@ -2282,6 +3388,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "Returns the documented table: time steps of num_stages slots (None, ('F', j) or ('B', j))",
                 'Runs every forward and every backward exactly once on every stage',
             ),
+            'certain': (
+                'the schedule table',
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Has the bubble (p - 1)/(m + p - 1) of idle stage-steps',
@@ -2298,6 +3407,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the schedule table: differs',
             ),
+            'places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'sizes': (
+            ),
         },
         'sequential_no_pipelining': {
             'always': (
@@ -2306,6 +3430,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Is as short as possible: 2(m + p - 1) time steps',
                 "Keeps GPipe's order: every stage finishes its forwards before its backwards",
                 'Matches the reference schedule step by step (including hidden cases)',
+            ),
+            'certain': (
+                'the schedule table',
+                "the schedule's length",
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -2322,10 +3450,34 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the schedule table: differs',
                 "the schedule's length: off",
             ),
+            'places': (
+                'the schedule table @ edge_1',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+                "the schedule's length @ main_0",
+                "the schedule's length @ main_1",
+                "the schedule's length @ main_2",
+                "the schedule's length @ main_3",
+                "the schedule's length @ main_4",
+                "the schedule's length @ main_5",
+                "the schedule's length @ main_6",
+            ),
+            'sizes': (
+                "the schedule's length: larger",
+            ),
         },
         'breaks_with_one_stage': {
             'always': (
                 'Handles the edge cases: one stage, one micro-batch',
+            ),
+            'certain': (
+                'the schedule table',
+                "the schedule's length",
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -2338,6 +3490,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the schedule table: differs',
                 "the schedule's length: −1",
             ),
+            'places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                "the schedule's length @ edge_0",
+                "the schedule's length @ edge_1",
+            ),
+            'sizes': (
+                "the schedule's length: smaller",
+            ),
         },
         'returns_a_dict': {
             'always': (
@@ -2349,6 +3510,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Respects the dependencies between stages and between a forward and its backward',
                 "Returns the documented table: time steps of num_stages slots (None, ('F', j) or ('B', j))",
                 'Runs every forward and every backward exactly once on every stage',
+            ),
+            'certain': (
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -2365,6 +3528,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
         'returns_an_empty_table': {
             'always': (
@@ -2376,6 +3543,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Respects the dependencies between stages and between a forward and its backward',
                 "Returns the documented table: time steps of num_stages slots (None, ('F', j) or ('B', j))",
                 'Runs every forward and every backward exactly once on every stage',
+            ),
+            'certain': (
+                'the schedule table',
+                "the schedule's length",
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -2396,6 +3567,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the schedule's length: zeros",
                 "the schedule's length: −2",
             ),
+            'places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+                "the schedule's length @ edge_0",
+                "the schedule's length @ edge_1",
+                "the schedule's length @ edge_2",
+                "the schedule's length @ edge_3",
+                "the schedule's length @ main_0",
+                "the schedule's length @ main_1",
+                "the schedule's length @ main_2",
+                "the schedule's length @ main_3",
+                "the schedule's length @ main_4",
+                "the schedule's length @ main_5",
+                "the schedule's length @ main_6",
+            ),
+            'sizes': (
+                "the schedule's length: smaller",
+            ),
         },
         'all_idle': {
             'always': (
@@ -2407,6 +3605,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Respects the dependencies between stages and between a forward and its backward',
                 "Returns the documented table: time steps of num_stages slots (None, ('F', j) or ('B', j))",
                 'Runs every forward and every backward exactly once on every stage',
+            ),
+            'certain': (
+                'the schedule table',
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -2423,6 +3624,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the schedule table: differs',
+            ),
+            'places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'sizes': (
             ),
         },
     },
@@ -2700,6 +3916,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "Leaves the module's parameters and buffers out",
                 'Returns a Python int',
             ),
+            'certain': (
+                'the byte count',
+            ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
                 'Counts each storage once (a transformer block: q, k, v are views of one tensor)',
@@ -2713,10 +3932,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the byte count: off',
             ),
+            'places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+                'the byte count @ buffer',
+                'the byte count @ linear',
+            ),
+            'sizes': (
+                'the byte count: larger',
+            ),
         },
         'buffers_counted': {
             'always': (
                 "Leaves the module's parameters and buffers out",
+            ),
+            'certain': (
+                'the byte count',
             ),
             'may': (
                 "Leaves the module's parameters and buffers out",
@@ -2726,6 +3957,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the byte count: off',
+            ),
+            'places': (
+                'the byte count @ buffer',
+            ),
+            'sizes': (
+                'the byte count: larger',
             ),
         },
         'view_bytes_instead_of_storage_bytes': {
@@ -2733,6 +3970,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Counts a view by its whole storage',
                 'Counts each storage once (a transformer block: q, k, v are views of one tensor)',
             ),
+            'certain': (
+                'the byte count',
+            ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
                 'Counts a view by its whole storage',
@@ -2744,10 +3984,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the byte count: off',
             ),
+            'places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+                'the byte count @ slice',
+            ),
+            'sizes': (
+                'the byte count: smaller',
+            ),
         },
         'views_counted_twice': {
             'always': (
                 'Counts each storage once (a transformer block: q, k, v are views of one tensor)',
+            ),
+            'certain': (
+                'the byte count',
             ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
@@ -2758,6 +4009,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the byte count: off',
+            ),
+            'places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+            ),
+            'sizes': (
+                'the byte count: larger',
             ),
         },
         'inputs_left_out': {
@@ -2768,6 +4026,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Counts what nn.Linear saves, its input included',
                 "Leaves the module's parameters and buffers out",
                 'Returns a Python int',
+            ),
+            'certain': (
+                'the byte count',
             ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
@@ -2785,6 +4046,16 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the byte count: zeros',
                 'the byte count: ÷2',
             ),
+            'places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+                'the byte count @ buffer',
+                'the byte count @ linear',
+                'the byte count @ slice',
+            ),
+            'sizes': (
+                'the byte count: smaller',
+            ),
         },
         'returns_megabytes': {
             'always': (
@@ -2794,6 +4065,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Counts what nn.Linear saves, its input included',
                 "Leaves the module's parameters and buffers out",
                 'Returns a Python int',
+            ),
+            'certain': (
+                'the byte count',
+                'the returned type',
             ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
@@ -2811,6 +4086,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the byte count: off',
                 'the returned type: differs',
             ),
+            'places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+                'the byte count @ buffer',
+                'the byte count @ linear',
+                'the byte count @ slice',
+                'the returned type @ block_bf16_dropout',
+                'the returned type @ block_sdpa',
+                'the returned type @ buffer',
+                'the returned type @ linear',
+                'the returned type @ slice',
+            ),
+            'sizes': (
+                'the byte count: smaller',
+            ),
         },
         'a_constant': {
             'always': (
@@ -2820,6 +4110,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Counts what nn.Linear saves, its input included',
                 "Leaves the module's parameters and buffers out",
                 'Returns a Python int',
+            ),
+            'certain': (
+                'the byte count',
             ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
@@ -2835,6 +4128,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the byte count: off',
             ),
+            'places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+                'the byte count @ buffer',
+                'the byte count @ linear',
+                'the byte count @ slice',
+            ),
+            'sizes': (
+                'the byte count: larger',
+                'the byte count: smaller',
+            ),
         },
         'does_nothing': {
             'always': (
@@ -2844,6 +4148,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Counts what nn.Linear saves, its input included',
                 "Leaves the module's parameters and buffers out",
                 'Returns a Python int',
+            ),
+            'certain': (
+                'the byte count',
             ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
@@ -2859,6 +4166,16 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the byte count: zeros',
             ),
+            'places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+                'the byte count @ buffer',
+                'the byte count @ linear',
+                'the byte count @ slice',
+            ),
+            'sizes': (
+                'the byte count: smaller',
+            ),
         },
     },
     'train_amp': {
@@ -2868,6 +4185,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
                 'Unscales, then clips the gradient norm to max_norm, then steps',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
+            ),
+            'certain': (
+                'the first update of the parameters',
+                "the given scaler's scales",
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -2879,6 +4203,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters',
                 "the given scaler's scales",
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the number of optimizer steps',
                 'the parameters after training',
             ),
@@ -2886,14 +4211,46 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters: off',
                 "the given scaler's scales: off",
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the number of optimizer steps: −1',
                 'the parameters after training: off',
+            ),
+            'places': (
+                'the first update of the parameters @ fp16_clipped',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ fp16_overflow',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ fp16_clipped',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ fp16_clipped',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ fp16_clipped',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'sizes': (
+                'the first update of the parameters: smaller',
+                "the given scaler's scales: smaller",
+                'the gradient norms: smaller',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the number of optimizer steps: smaller',
             ),
         },
         'never_clips': {
             'always': (
                 'Final parameters match the reference in float16 with a GradScaler',
                 'Unscales, then clips the gradient norm to max_norm, then steps',
+            ),
+            'certain': (
+                'the first update of the parameters',
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -2904,12 +4261,44 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'wrong': (
                 'the first update of the parameters',
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the parameters after training',
             ),
             'signs': (
                 'the first update of the parameters: off',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the parameters after training: off',
+            ),
+            'places': (
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_clipped',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ given_scaler',
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_clipped',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_clipped',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_clipped',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'sizes': (
+                'the first update of the parameters: larger',
+                'the gradient norms: larger',
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the parameters after training: larger',
             ),
         },
         'no_max_norm_argument': {
@@ -2917,6 +4306,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Final parameters match the reference in float16 with a GradScaler',
                 'Unscales, then clips the gradient norm to max_norm, then steps',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
+            ),
+            'certain': (
+                'the first update of the parameters',
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the parameters after training',
             ),
             'may': (
                 'Clears the gradients every batch',
@@ -2936,6 +4331,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters',
                 "the given scaler's scales",
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
                 'the number of optimizer steps',
                 'the parameters after training',
@@ -2952,6 +4348,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the given scaler's scales: off",
                 'the gradient norms: of another length',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the loss scale: off',
                 'the number of optimizer steps: +1',
                 'the number of optimizer steps: off',
@@ -2961,6 +4358,60 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the scaler used: +1',
                 'the scaler used: +2',
                 'the scaler used: off',
+            ),
+            'places': (
+                'other_updates @ given_scaler',
+                "the activations' dtypes @ bf16",
+                "the activations' dtypes @ eval_dropout",
+                "the activations' dtypes @ fp16_default",
+                "the activations' dtypes @ fp16_overflow",
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ fp16_overflow',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_default',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+                "the parameters' dtypes @ bf16",
+                "the parameters' dtypes @ eval_dropout",
+                "the parameters' dtypes @ fp16_default",
+                "the parameters' dtypes @ fp16_overflow",
+                'the scaler being enabled @ fp16_default',
+                'the scaler being enabled @ fp16_overflow',
+                'the scaler used @ bf16',
+                'the scaler used @ eval_dropout',
+                'the scaler used @ fp16_default',
+                'the scaler used @ fp16_overflow',
+            ),
+            'sizes': (
+                'other_updates: larger',
+                'the first update of the parameters: larger',
+                "the given scaler's scales: larger",
+                'the gradient norms: larger',
+                'the gradient norms: smaller',
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the loss scale: larger',
+                'the loss scale: smaller',
+                'the number of optimizer steps: larger',
+                'the parameters after training: larger',
+                'the scaler used: larger',
             ),
         },
         'torch_cuda_amp': {
@@ -2974,6 +4425,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Unscales, then clips the gradient norm to max_norm, then steps',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
+            'certain': (
+                'other_updates',
+                "the activations' dtypes",
+                'the first update of the parameters',
+                "the given scaler's scales",
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the loss scale',
+                'the number of optimizer steps',
+                'the parameters after training',
+                'the scaler being enabled',
+            ),
             'may': (
                 'Final parameters match the reference in bfloat16',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -2990,6 +4453,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters',
                 "the given scaler's scales",
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
                 'the number of optimizer steps',
                 'the parameters after training',
@@ -3003,11 +4467,54 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the given scaler's scales: of another length",
                 'the gradient norms: of another length',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the loss scale: off',
                 'the number of optimizer steps: +1',
                 'the number of optimizer steps: off',
                 'the parameters after training: off',
                 'the scaler being enabled: differs',
+            ),
+            'places': (
+                'other_updates @ given_scaler',
+                "the activations' dtypes @ bf16",
+                "the activations' dtypes @ eval_dropout",
+                "the activations' dtypes @ fp16_default",
+                "the activations' dtypes @ fp16_overflow",
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_default',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+                'the scaler being enabled @ fp16_default',
+                'the scaler being enabled @ fp16_overflow',
+            ),
+            'sizes': (
+                'other_updates: larger',
+                'the first update of the parameters: larger',
+                'the gradient norms: larger',
+                'the gradient norms: smaller',
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the loss scale: smaller',
+                'the number of optimizer steps: larger',
+                'the parameters after training: larger',
             ),
         },
         'forward_outside_autocast': {
@@ -3018,6 +4525,16 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Runs the forward pass under autocast, keeping fp32 master weights (fp16 by default)',
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
+            ),
+            'certain': (
+                "the activations' dtypes",
+                'the first update of the parameters',
+                "the given scaler's scales",
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the loss scale',
+                'the number of optimizer steps',
+                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -3033,6 +4550,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters',
                 "the given scaler's scales",
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
                 'the number of optimizer steps',
                 'the parameters after training',
@@ -3044,16 +4562,63 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the given scaler's scales: off",
                 'the gradient norms: of another length',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the loss scale: off',
                 'the number of optimizer steps: +1',
                 'the number of optimizer steps: off',
                 'the parameters after training: off',
+            ),
+            'places': (
+                "the activations' dtypes @ bf16",
+                "the activations' dtypes @ eval_dropout",
+                "the activations' dtypes @ fp16_clipped",
+                "the activations' dtypes @ fp16_default",
+                "the activations' dtypes @ fp16_overflow",
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'sizes': (
+                'the first update of the parameters: larger',
+                "the given scaler's scales: larger",
+                'the gradient norms: larger',
+                'the gradient norms: smaller',
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the loss scale: larger',
+                'the number of optimizer steps: larger',
+                'the parameters after training: larger',
             ),
         },
         'hard_coded_float16': {
             'always': (
                 'Final parameters match the reference in bfloat16',
                 'Honours the dtype argument (bfloat16 activations when asked)',
+            ),
+            'certain': (
+                "the activations' dtypes",
+                'the first update of the parameters',
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -3063,13 +4628,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the activations' dtypes",
                 'the first update of the parameters',
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the parameters after training',
             ),
             'signs': (
                 "the activations' dtypes: differs",
                 'the first update of the parameters: off',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the parameters after training: off',
+            ),
+            'places': (
+                "the activations' dtypes @ bf16",
+                "the activations' dtypes @ eval_dropout",
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+            ),
+            'sizes': (
             ),
         },
         'bf16_by_default': {
@@ -3078,6 +4659,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Keeps one GradScaler and updates it after every step',
                 'Runs the forward pass under autocast, keeping fp32 master weights (fp16 by default)',
             ),
+            'certain': (
+                "the activations' dtypes",
+                'the first update of the parameters',
+                'the largest gradient element and one-parameter gradient norm',
+                'the loss scale',
+                'the parameters after training',
+                'the scaler being enabled',
+            ),
             'may': (
                 'Final parameters match the reference in float16 with a GradScaler',
                 'Keeps one GradScaler and updates it after every step',
@@ -3087,6 +4676,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the activations' dtypes",
                 'the first update of the parameters',
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
                 'the parameters after training',
                 'the scaler being enabled',
@@ -3095,9 +4685,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the activations' dtypes: differs",
                 'the first update of the parameters: off',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the loss scale: off',
                 'the parameters after training: off',
                 'the scaler being enabled: differs',
+            ),
+            'places': (
+                "the activations' dtypes @ fp16_default",
+                'the first update of the parameters @ fp16_default',
+                'the gradient norms @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the loss scale @ fp16_default',
+                'the parameters after training @ fp16_default',
+                'the scaler being enabled @ fp16_default',
+            ),
+            'sizes': (
+                'the loss scale: smaller',
             ),
         },
         'model_half_instead_of_autocast': {
@@ -3110,6 +4713,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Unscales, then clips the gradient norm to max_norm, then steps',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
+            'certain': (
+                'the first update of the parameters',
+                "the given scaler's scales",
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the number of optimizer steps',
+                'the parameters after training',
+                "the parameters' dtypes",
+            ),
             'may': (
                 'Final parameters match the reference in bfloat16',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -3123,6 +4735,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters',
                 "the given scaler's scales",
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the number of optimizer steps',
                 'the parameters after training',
                 "the parameters' dtypes",
@@ -3133,10 +4746,46 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the given scaler's scales: of another length",
                 'the gradient norms: of another length',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the number of optimizer steps: +1',
                 'the number of optimizer steps: off',
                 'the parameters after training: off',
                 "the parameters' dtypes: differs",
+            ),
+            'places': (
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ fp16_overflow',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+                "the parameters' dtypes @ bf16",
+                "the parameters' dtypes @ eval_dropout",
+                "the parameters' dtypes @ fp16_default",
+                "the parameters' dtypes @ fp16_overflow",
+            ),
+            'sizes': (
+                'the first update of the parameters: larger',
+                'the gradient norms: larger',
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the number of optimizer steps: larger',
+                'the parameters after training: larger',
             ),
         },
         'scaler_without_device_type': {
@@ -3144,12 +4793,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Keeps one GradScaler and updates it after every step',
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
             ),
+            'certain': (
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the loss scale',
+                'the number of optimizer steps',
+                'the parameters after training',
+                'the scaler being enabled',
+            ),
             'may': (
                 'Keeps one GradScaler and updates it after every step',
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
             ),
             'wrong': (
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
                 'the number of optimizer steps',
                 'the parameters after training',
@@ -3157,10 +4815,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the gradient norms: of another length',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the loss scale: off',
                 'the number of optimizer steps: +1',
                 'the parameters after training: off',
                 'the scaler being enabled: differs',
+            ),
+            'places': (
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_clipped',
+                'the loss scale @ fp16_default',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the parameters after training @ fp16_overflow',
+                'the scaler being enabled @ fp16_clipped',
+                'the scaler being enabled @ fp16_default',
+                'the scaler being enabled @ fp16_overflow',
+            ),
+            'sizes': (
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the loss scale: smaller',
+                'the number of optimizer steps: larger',
             ),
         },
         'no_scaler_in_fp16': {
@@ -3171,6 +4848,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
                 'Unscales, then clips the gradient norm to max_norm, then steps',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
+            ),
+            'certain': (
+                'the first update of the parameters',
+                "the given scaler's scales",
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the number of optimizer steps',
+                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -3184,6 +4869,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters',
                 "the given scaler's scales",
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the number of optimizer steps',
                 'the parameters after training',
             ),
@@ -3193,9 +4879,41 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the given scaler's scales: of another length",
                 'the gradient norms: of another length',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the number of optimizer steps: +1',
                 'the number of optimizer steps: off',
                 'the parameters after training: off',
+            ),
+            'places': (
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ fp16_overflow',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'sizes': (
+                'the first update of the parameters: larger',
+                'the gradient norms: larger',
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the number of optimizer steps: larger',
+                'the parameters after training: larger',
             ),
         },
         'loss_not_scaled': {
@@ -3209,6 +4927,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Unscales, then clips the gradient norm to max_norm, then steps',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
+            'certain': (
+            ),
             'may': (
                 'Clears the gradients every batch',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -3224,11 +4944,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
         'optimizer_step_instead_of_scaler_step': {
             'always': (
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
+            ),
+            'certain': (
+                'the first update of the parameters',
+                "the given scaler's scales",
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the loss scale',
+                'the number of optimizer steps',
+                'the parameters after training',
             ),
             'may': (
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
@@ -3238,6 +4971,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters',
                 "the given scaler's scales",
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
                 'the number of optimizer steps',
                 'the parameters after training',
@@ -3246,11 +4980,28 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters: not finite',
                 "the given scaler's scales: off",
                 'the gradient norms: of another length',
+                'the largest gradient element and one-parameter gradient norm: not finite',
                 'the loss scale: off',
                 'the loss scale: ÷2',
                 'the number of optimizer steps: +1',
                 'the number of optimizer steps: off',
                 'the parameters after training: not finite',
+            ),
+            'places': (
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'sizes': (
+                "the given scaler's scales: smaller",
+                'the loss scale: smaller',
+                'the number of optimizer steps: larger',
             ),
         },
         'steps_twice': {
@@ -3261,6 +5012,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Unscales, then clips the gradient norm to max_norm, then steps',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
+            'certain': (
+                'the first update of the parameters',
+                "the given scaler's scales",
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the loss scale',
+                'the number of optimizer steps',
+                'the parameters after training',
+            ),
             'may': (
                 'Final parameters match the reference in bfloat16',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -3272,6 +5032,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters',
                 "the given scaler's scales",
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
                 'the number of optimizer steps',
                 'the parameters after training',
@@ -3280,11 +5041,48 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters: not finite',
                 "the given scaler's scales: off",
                 'the gradient norms: of another length',
+                'the largest gradient element and one-parameter gradient norm: not finite',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the loss scale: off',
                 'the loss scale: ÷2',
                 'the number of optimizer steps: off',
                 'the parameters after training: not finite',
                 'the parameters after training: off',
+            ),
+            'places': (
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_clipped',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_clipped',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ bf16',
+                'the number of optimizer steps @ eval_dropout',
+                'the number of optimizer steps @ fp16_clipped',
+                'the number of optimizer steps @ fp16_default',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_clipped',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'sizes': (
+                "the given scaler's scales: smaller",
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the loss scale: smaller',
+                'the number of optimizer steps: larger',
+                'the parameters after training: larger',
             ),
         },
         'new_scaler_every_batch': {
@@ -3294,6 +5092,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Keeps one GradScaler and updates it after every step',
                 'Unscales, then clips the gradient norm to max_norm, then steps',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
+            ),
+            'certain': (
+                'other_updates',
+                'the first update of the parameters',
+                "the given scaler's scales",
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the loss scale',
+                'the number of optimizer steps',
+                'the parameters after training',
+                'the scaler used',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -3308,6 +5117,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters',
                 "the given scaler's scales",
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
                 'the number of optimizer steps',
                 'the parameters after training',
@@ -3319,6 +5129,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters: off',
                 "the given scaler's scales: of another length",
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the loss scale: off',
                 'the number of optimizer steps: off',
                 'the parameters after training: off',
@@ -3326,12 +5137,57 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the scaler used: +2',
                 'the scaler used: off',
             ),
+            'places': (
+                'other_updates @ given_scaler',
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ fp16_overflow',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+                'the scaler used @ bf16',
+                'the scaler used @ eval_dropout',
+                'the scaler used @ fp16_default',
+                'the scaler used @ fp16_overflow',
+            ),
+            'sizes': (
+                'other_updates: larger',
+                'the first update of the parameters: larger',
+                'the gradient norms: larger',
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the loss scale: larger',
+                'the number of optimizer steps: larger',
+                'the parameters after training: larger',
+                'the scaler used: larger',
+            ),
         },
         'no_scaler_argument': {
             'always': (
                 'Final parameters match the reference in float16 with a GradScaler',
                 'Unscales, then clips the gradient norm to max_norm, then steps',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
+            ),
+            'certain': (
+                'the first update of the parameters',
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -3343,18 +5199,48 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'wrong': (
                 'the first update of the parameters',
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the parameters after training',
             ),
             'signs': (
                 'raised',
                 'the first update of the parameters: off',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the parameters after training: off',
+            ),
+            'places': (
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+            ),
+            'sizes': (
+                'the first update of the parameters: larger',
+                'the gradient norms: larger',
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
             ),
         },
         'ignores_the_given_scaler': {
             'always': (
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
+            ),
+            'certain': (
+                'other_updates',
+                "the given scaler's scales",
+                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -3372,6 +5258,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters',
                 "the given scaler's scales",
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
                 'the number of optimizer steps',
                 'the parameters after training',
@@ -3386,6 +5273,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the given scaler's scales: of another length",
                 'the gradient norms: of another length',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the loss scale: off',
                 'the number of optimizer steps: +1',
                 'the number of optimizer steps: off',
@@ -3395,6 +5283,60 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the scaler used: +1',
                 'the scaler used: +2',
                 'the scaler used: off',
+            ),
+            'places': (
+                'other_updates @ given_scaler',
+                "the activations' dtypes @ bf16",
+                "the activations' dtypes @ eval_dropout",
+                "the activations' dtypes @ fp16_default",
+                "the activations' dtypes @ fp16_overflow",
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ fp16_overflow',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ bf16',
+                'the loss scale @ eval_dropout',
+                'the loss scale @ fp16_default',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+                'the scaler being enabled @ bf16',
+                'the scaler being enabled @ eval_dropout',
+                'the scaler being enabled @ fp16_default',
+                'the scaler being enabled @ fp16_overflow',
+                'the scaler used @ bf16',
+                'the scaler used @ eval_dropout',
+                'the scaler used @ fp16_default',
+                'the scaler used @ fp16_overflow',
+            ),
+            'sizes': (
+                'other_updates: larger',
+                'the first update of the parameters: larger',
+                'the gradient norms: larger',
+                'the gradient norms: smaller',
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the loss scale: larger',
+                'the loss scale: smaller',
+                'the number of optimizer steps: larger',
+                'the number of optimizer steps: smaller',
+                'the parameters after training: larger',
+                'the scaler used: larger',
             ),
         },
         'update_once_after_the_loop': {
@@ -3409,6 +5351,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Unscales, then clips the gradient norm to max_norm, then steps',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
+            'certain': (
+                'the first update of the parameters',
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the parameters after training',
+            ),
             'may': (
                 'Clears the gradients every batch',
                 'Final parameters match the reference in bfloat16',
@@ -3423,13 +5371,31 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'wrong': (
                 'the first update of the parameters',
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the parameters after training',
             ),
             'signs': (
                 'raised',
                 'the first update of the parameters: off',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the parameters after training: off',
+            ),
+            'places': (
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+            ),
+            'sizes': (
+                'the first update of the parameters: larger',
+                'the gradient norms: larger',
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
             ),
         },
         'never_zeroes_gradients': {
@@ -3438,6 +5404,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Final parameters match the reference in bfloat16',
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
+            ),
+            'certain': (
+                'stale gradients at backward',
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                'the loss scale',
+                'the number of optimizer steps',
+                'the parameters after training',
             ),
             'may': (
                 'Clears the gradients every batch',
@@ -3449,6 +5423,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'wrong': (
                 'stale gradients at backward',
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
                 'the number of optimizer steps',
                 'the parameters after training',
@@ -3458,15 +5433,51 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'stale gradients at backward: differs',
                 'the gradient norms: of another length',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: missing',
+                'the largest gradient element and one-parameter gradient norm: off',
                 'the loss scale: off',
                 'the loss scale: ÷2',
                 'the number of optimizer steps: off',
                 'the parameters after training: off',
             ),
+            'places': (
+                'stale gradients at backward @ bf16',
+                'stale gradients at backward @ eval_dropout',
+                'stale gradients at backward @ fp16_clipped',
+                'stale gradients at backward @ fp16_default',
+                'stale gradients at backward @ fp16_overflow',
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_overflow',
+            ),
+            'sizes': (
+                'the gradient norms: larger',
+                'the largest gradient element and one-parameter gradient norm: larger',
+                'the largest gradient element and one-parameter gradient norm: smaller',
+                'the loss scale: smaller',
+                'the number of optimizer steps: smaller',
+                'the parameters after training: larger',
+            ),
         },
         'forgets_train_mode': {
             'always': (
                 'Puts the model in training mode',
+            ),
+            'certain': (
+                'dropout being active',
+                'the first update of the parameters',
+                'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
+                "the model's training mode",
+                'the parameters after training',
             ),
             'may': (
                 'Puts the model in training mode',
@@ -3475,6 +5486,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dropout being active',
                 'the first update of the parameters',
                 'the gradient norms',
+                'the largest gradient element and one-parameter gradient norm',
                 "the model's training mode",
                 'the parameters after training',
             ),
@@ -3482,13 +5494,30 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dropout being active: differs',
                 'the first update of the parameters: off',
                 'the gradient norms: off',
+                'the largest gradient element and one-parameter gradient norm: off',
                 "the model's training mode: differs",
                 'the parameters after training: off',
+            ),
+            'places': (
+                'dropout being active @ eval_dropout',
+                'the first update of the parameters @ eval_dropout',
+                'the gradient norms @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                "the model's training mode @ eval_dropout",
+                'the parameters after training @ eval_dropout',
+            ),
+            'sizes': (
+                'the gradient norms: smaller',
+                'the largest gradient element and one-parameter gradient norm: smaller',
             ),
         },
         'returns_nothing': {
             'always': (
                 'Returns the model',
+            ),
+            'certain': (
+                'the returned model',
+                'the returned type',
             ),
             'may': (
                 'Returns the model',
@@ -3501,10 +5530,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned model: differs',
                 'the returned type: differs',
             ),
+            'places': (
+                'the returned model @ bf16',
+                'the returned model @ eval_dropout',
+                'the returned model @ fp16_clipped',
+                'the returned model @ fp16_default',
+                'the returned model @ fp16_overflow',
+                'the returned type @ bf16',
+                'the returned type @ eval_dropout',
+                'the returned type @ fp16_clipped',
+                'the returned type @ fp16_default',
+                'the returned type @ fp16_overflow',
+            ),
+            'sizes': (
+            ),
         },
         'returns_a_copy': {
             'always': (
                 'Returns the model',
+            ),
+            'certain': (
+                'the returned model',
             ),
             'may': (
                 'Returns the model',
@@ -3514,6 +5560,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the returned model: differs',
+            ),
+            'places': (
+                'the returned model @ bf16',
+                'the returned model @ eval_dropout',
+                'the returned model @ fp16_clipped',
+                'the returned model @ fp16_default',
+                'the returned model @ fp16_overflow',
+            ),
+            'sizes': (
             ),
         },
         'untrained': {
@@ -3530,6 +5585,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Unscales, then clips the gradient norm to max_norm, then steps',
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
+            'certain': (
+            ),
             'may': (
                 'Clears the gradients every batch',
                 'Final parameters match the reference in bfloat16',
@@ -3548,6 +5605,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
     },
     'train_with_accumulation': {
@@ -3559,6 +5620,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Handles a final partial window (dropped or flushed)',
                 'Puts the model in training mode',
                 'Returns the mean unscaled loss per batch as a Python float',
+            ),
+            'certain': (
+                'the gradient at each optimizer step',
+                'the parameters after training',
+                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -3579,12 +5645,45 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'sizes': (
+                'the gradient at each optimizer step: larger',
+                'the parameters after training: larger',
+                'the returned loss: larger',
+            ),
         },
         'hard_coded_divisor': {
             'always': (
                 "Each step applies the window's average gradient",
                 'Final parameters match the reference (k = 1, 2, 4; SGD with momentum)',
                 'Puts the model in training mode',
+            ),
+            'certain': (
+                'the gradient at each optimizer step',
+                'the parameters after training',
+                'the returned loss',
             ),
             'may': (
                 "Each step applies the window's average gradient",
@@ -3602,6 +5701,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k1',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k1',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+            ),
+            'sizes': (
+                'the gradient at each optimizer step: smaller',
+            ),
         },
         'steps_every_batch': {
             'always': (
@@ -3613,6 +5729,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Puts the model in training mode',
                 'Returns the mean unscaled loss per batch as a Python float',
                 'Steps once every accumulation_steps batches (k = 1, 2, 3, 4)',
+            ),
+            'certain': (
+                'the gradient at each optimizer step',
+                'the number of optimizer steps',
+                'the parameters after training',
+                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -3637,6 +5759,41 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the number of optimizer steps @ default',
+                'the number of optimizer steps @ eval_dropout',
+                'the number of optimizer steps @ k2',
+                'the number of optimizer steps @ k3',
+                'the number of optimizer steps @ momentum',
+                'the number of optimizer steps @ partial',
+                'the number of optimizer steps @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'sizes': (
+                'the gradient at each optimizer step: smaller',
+                'the number of optimizer steps: larger',
+                'the parameters after training: larger',
+            ),
         },
         'hard_coded_k': {
             'always': (
@@ -3644,6 +5801,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Final parameters match the reference (k = 1, 2, 4; SGD with momentum)',
                 'Puts the model in training mode',
                 'Steps once every accumulation_steps batches (k = 1, 2, 3, 4)',
+            ),
+            'certain': (
+                'the gradient at each optimizer step',
+                'the number of optimizer steps',
+                'the parameters after training',
+                'the returned loss',
             ),
             'may': (
                 "Each step applies the window's average gradient",
@@ -3666,6 +5829,31 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k1',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the number of optimizer steps @ eval_dropout',
+                'the number of optimizer steps @ k1',
+                'the number of optimizer steps @ k2',
+                'the number of optimizer steps @ k3',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k1',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+            ),
+            'sizes': (
+                'the gradient at each optimizer step: larger',
+                'the gradient at each optimizer step: smaller',
+                'the number of optimizer steps: smaller',
+                'the parameters after training: larger',
+                'the returned loss: larger',
+            ),
         },
         'never_zeroes_after_step': {
             'always': (
@@ -3674,6 +5862,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Final parameters match the reference (k = 1, 2, 4; SGD with momentum)',
                 'Handles a final partial window (dropped or flushed)',
                 'Puts the model in training mode',
+            ),
+            'certain': (
+                'the gradient at each optimizer step',
+                'the parameters after training',
+                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -3692,6 +5885,34 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k1',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k1',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ partial',
+            ),
+            'sizes': (
+                'the gradient at each optimizer step: larger',
+                'the parameters after training: larger',
+                'the returned loss: larger',
+            ),
         },
         'off_by_one_window': {
             'always': (
@@ -3703,6 +5924,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Puts the model in training mode',
                 'Returns the mean unscaled loss per batch as a Python float',
                 'Steps once every accumulation_steps batches (k = 1, 2, 3, 4)',
+            ),
+            'certain': (
+                'the gradient at each optimizer step',
+                'the number of optimizer steps',
+                'the parameters after training',
+                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -3726,6 +5953,35 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the number of optimizer steps @ partial',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'sizes': (
+                'the gradient at each optimizer step: larger',
+                'the gradient at each optimizer step: smaller',
+                'the number of optimizer steps: larger',
+            ),
         },
         'zero_grad_every_batch': {
             'always': (
@@ -3737,6 +5993,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Puts the model in training mode',
                 'Returns the mean unscaled loss per batch as a Python float',
                 'Steps once every accumulation_steps batches (k = 1, 2, 3, 4)',
+            ),
+            'certain': (
+                'the gradient at each optimizer step',
+                'the parameters after training',
+                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -3758,10 +6019,40 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'sizes': (
+                'the gradient at each optimizer step: smaller',
+            ),
         },
         'steps_each_leftover_batch': {
             'always': (
                 'Handles a final partial window (dropped or flushed)',
+            ),
+            'certain': (
+                'the number of optimizer steps',
+                'the parameters after training',
             ),
             'may': (
                 'Handles a final partial window (dropped or flushed)',
@@ -3776,10 +6067,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the number of optimizer steps @ partial',
+                'the parameters after training @ partial',
+                'the returned loss @ partial',
+            ),
+            'sizes': (
+                'the number of optimizer steps: larger',
+            ),
         },
         'returns_total_not_mean': {
             'always': (
                 'Returns the mean unscaled loss per batch as a Python float',
+            ),
+            'certain': (
+                'the returned loss',
             ),
             'may': (
                 'Returns the mean unscaled loss per batch as a Python float',
@@ -3790,10 +6092,26 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the returned loss: ×the number of batches',
             ),
+            'places': (
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'sizes': (
+                'the returned loss: larger',
+            ),
         },
         'returns_scaled_loss': {
             'always': (
                 'Returns the mean unscaled loss per batch as a Python float',
+            ),
+            'certain': (
+                'the returned loss',
             ),
             'may': (
                 'Returns the mean unscaled loss per batch as a Python float',
@@ -3804,10 +6122,25 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the returned loss: ÷accumulation_steps',
             ),
+            'places': (
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'sizes': (
+                'the returned loss: smaller',
+            ),
         },
         'returns_mean_per_step': {
             'always': (
                 'Returns the mean unscaled loss per batch as a Python float',
+            ),
+            'certain': (
+                'the returned loss',
             ),
             'may': (
                 'Returns the mean unscaled loss per batch as a Python float',
@@ -3819,11 +6152,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss: off',
                 'the returned loss: ×accumulation_steps',
             ),
+            'places': (
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'sizes': (
+                'the returned loss: larger',
+            ),
         },
         'returns_loss_tensor': {
             'always': (
                 'Keeps no autograd graph alive across batches',
                 'Returns the mean unscaled loss per batch as a Python float',
+            ),
+            'certain': (
+                'returning a float',
+                'the number of graphs kept alive',
+                'the returned loss holding a graph',
+                'the returned type',
             ),
             'may': (
                 'Keeps no autograd graph alive across batches',
@@ -3841,10 +6192,50 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss holding a graph: differs',
                 'the returned type: differs',
             ),
+            'places': (
+                'returning a float @ default',
+                'returning a float @ eval_dropout',
+                'returning a float @ k1',
+                'returning a float @ k2',
+                'returning a float @ k3',
+                'returning a float @ momentum',
+                'returning a float @ partial',
+                'returning a float @ stale',
+                'the number of graphs kept alive @ default',
+                'the number of graphs kept alive @ eval_dropout',
+                'the number of graphs kept alive @ k1',
+                'the number of graphs kept alive @ k2',
+                'the number of graphs kept alive @ k3',
+                'the number of graphs kept alive @ momentum',
+                'the number of graphs kept alive @ partial',
+                'the number of graphs kept alive @ stale',
+                'the returned loss holding a graph @ default',
+                'the returned loss holding a graph @ eval_dropout',
+                'the returned loss holding a graph @ k1',
+                'the returned loss holding a graph @ k2',
+                'the returned loss holding a graph @ k3',
+                'the returned loss holding a graph @ momentum',
+                'the returned loss holding a graph @ partial',
+                'the returned loss holding a graph @ stale',
+                'the returned type @ default',
+                'the returned type @ eval_dropout',
+                'the returned type @ k1',
+                'the returned type @ k2',
+                'the returned type @ k3',
+                'the returned type @ momentum',
+                'the returned type @ partial',
+                'the returned type @ stale',
+            ),
+            'sizes': (
+                'the number of graphs kept alive: larger',
+            ),
         },
         'keeps_loss_tensors': {
             'always': (
                 'Keeps no autograd graph alive across batches',
+            ),
+            'certain': (
+                'the number of graphs kept alive',
             ),
             'may': (
                 'Keeps no autograd graph alive across batches',
@@ -3855,10 +6246,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the number of graphs kept alive: off',
             ),
+            'places': (
+                'the number of graphs kept alive @ default',
+                'the number of graphs kept alive @ eval_dropout',
+                'the number of graphs kept alive @ k1',
+                'the number of graphs kept alive @ k2',
+                'the number of graphs kept alive @ k3',
+                'the number of graphs kept alive @ momentum',
+                'the number of graphs kept alive @ partial',
+                'the number of graphs kept alive @ stale',
+            ),
+            'sizes': (
+                'the number of graphs kept alive: larger',
+            ),
         },
         'forgets_train_mode': {
             'always': (
                 'Puts the model in training mode',
+            ),
+            'certain': (
+                'the gradient at each optimizer step',
+                "the model's training mode",
+                'the parameters after training',
+                'the returned loss',
             ),
             'may': (
                 'Puts the model in training mode',
@@ -3875,10 +6285,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the gradient at each optimizer step @ eval_dropout',
+                "the model's training mode @ eval_dropout",
+                'the parameters after training @ eval_dropout',
+                'the returned loss @ eval_dropout',
+            ),
+            'sizes': (
+                'the gradient at each optimizer step: smaller',
+            ),
         },
         'no_initial_zero_grad': {
             'always': (
                 'Clears gradients left from before the call',
+            ),
+            'certain': (
+                'the gradient at each optimizer step',
+                'the parameters after training',
+                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -3893,6 +6317,16 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the gradient at each optimizer step @ stale',
+                'the parameters after training @ stale',
+                'the returned loss @ stale',
+            ),
+            'sizes': (
+                'the gradient at each optimizer step: larger',
+                'the parameters after training: larger',
+                'the returned loss: larger',
+            ),
         },
         'own_optimizer': {
             'always': (
@@ -3904,6 +6338,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Puts the model in training mode',
                 'Returns the mean unscaled loss per batch as a Python float',
                 'Steps once every accumulation_steps batches (k = 1, 2, 3, 4)',
+            ),
+            'certain': (
+                'the gradient at each optimizer step',
+                'the number of optimizer steps',
+                'the parameters after training',
+                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -3928,6 +6368,43 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k1',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the number of optimizer steps @ default',
+                'the number of optimizer steps @ eval_dropout',
+                'the number of optimizer steps @ k1',
+                'the number of optimizer steps @ k2',
+                'the number of optimizer steps @ k3',
+                'the number of optimizer steps @ momentum',
+                'the number of optimizer steps @ partial',
+                'the number of optimizer steps @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k1',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'sizes': (
+                'the number of optimizer steps: smaller',
+            ),
         },
         'returns_a_constant': {
             'always': (
@@ -3939,6 +6416,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Puts the model in training mode',
                 'Returns the mean unscaled loss per batch as a Python float',
                 'Steps once every accumulation_steps batches (k = 1, 2, 3, 4)',
+            ),
+            'certain': (
+                'the gradient at each optimizer step',
+                "the model's training mode",
+                'the number of graphs kept alive',
+                'the number of optimizer steps',
+                'the parameters after training',
+                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -3967,6 +6452,55 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the returned loss: off',
             ),
+            'places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k1',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                "the model's training mode @ eval_dropout",
+                'the number of graphs kept alive @ default',
+                'the number of graphs kept alive @ eval_dropout',
+                'the number of graphs kept alive @ k1',
+                'the number of graphs kept alive @ k2',
+                'the number of graphs kept alive @ k3',
+                'the number of graphs kept alive @ momentum',
+                'the number of graphs kept alive @ partial',
+                'the number of graphs kept alive @ stale',
+                'the number of optimizer steps @ default',
+                'the number of optimizer steps @ eval_dropout',
+                'the number of optimizer steps @ k1',
+                'the number of optimizer steps @ k2',
+                'the number of optimizer steps @ k3',
+                'the number of optimizer steps @ momentum',
+                'the number of optimizer steps @ partial',
+                'the number of optimizer steps @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k1',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'sizes': (
+                'the number of graphs kept alive: smaller',
+                'the number of optimizer steps: smaller',
+                'the returned loss: larger',
+                'the returned loss: smaller',
+            ),
         },
     },
     'zero_memory_per_rank': {
@@ -3976,6 +6510,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank",
                 'Stage 0 (plain data parallel) divides nothing by the world size',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
+            ),
+            'certain': (
+                'the bytes per rank',
+                'the returned type',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -3991,6 +6529,28 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the bytes per rank: ÷world_size',
                 'the returned type: differs',
             ),
+            'places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'sizes': (
+                'the bytes per rank: smaller',
+            ),
         },
         'stage1_shards_gradients': {
             'always': (
@@ -3998,6 +6558,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank",
                 'Stage 1 shards only the optimizer state',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
+            ),
+            'certain': (
+                'the bytes per rank',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -4010,6 +6573,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the bytes per rank: off',
+            ),
+            'places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+            ),
+            'sizes': (
+                'the bytes per rank: larger',
             ),
         },
         'stage1_shards_everything_but_weights': {
@@ -4019,6 +6595,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Stage 1 shards only the optimizer state',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
             ),
+            'certain': (
+                'the bytes per rank',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 "Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank",
@@ -4031,11 +6610,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the bytes per rank: off',
             ),
+            'places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+            ),
+            'sizes': (
+                'the bytes per rank: smaller',
+            ),
         },
         'stage2_shards_weights_not_gradients': {
             'always': (
                 'Stage 2 shards gradients and optimizer state, not the weights',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
+            ),
+            'certain': (
+                'the bytes per rank',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -4047,6 +6642,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the bytes per rank: off',
+            ),
+            'places': (
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_layout',
+            ),
+            'sizes': (
+                'the bytes per rank: larger',
             ),
         },
         'stage3_keeps_weights': {
@@ -4056,6 +6659,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Stage 3 shards weights, gradients and optimizer state',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
             ),
+            'certain': (
+                'the bytes per rank',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 "Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank",
@@ -4067,6 +6673,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the bytes per rank: off',
+            ),
+            'places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+            ),
+            'sizes': (
+                'the bytes per rank: larger',
             ),
         },
         'stages_shifted_by_one': {
@@ -4077,6 +6696,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Stage 1 shards only the optimizer state',
                 'Stage 2 shards gradients and optimizer state, not the weights',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
+            ),
+            'certain': (
+                'the bytes per rank',
+                'the returned type',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -4095,10 +6718,35 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the bytes per rank: ÷2',
                 'the returned type: differs',
             ),
+            'places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'sizes': (
+                'the bytes per rank: smaller',
+            ),
         },
         'floor_division': {
             'always': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
+            ),
+            'certain': (
+                'the returned type',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -4110,11 +6758,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the returned type: differs',
             ),
+            'places': (
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'sizes': (
+            ),
         },
         'divides_params_first': {
             'always': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Stage 3 shards weights, gradients and optimizer state',
+            ),
+            'certain': (
+                'the returned type',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -4131,10 +6795,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the bytes per rank: off',
                 'the returned type: differs',
             ),
+            'places': (
+                'the bytes per rank @ odd_small',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'sizes': (
+            ),
         },
         'rounds_up': {
             'always': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
+            ),
+            'certain': (
+                'the returned type',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -4145,6 +6826,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the returned type: differs',
+            ),
+            'places': (
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'sizes': (
             ),
         },
         'ignores_bytes_per_param': {
@@ -4156,6 +6850,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Stage 3 shards weights, gradients and optimizer state',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
             ),
+            'certain': (
+                'the bytes per rank',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Stage 0 (plain data parallel) divides nothing by the world size',
@@ -4170,10 +6867,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the bytes per rank: off',
             ),
+            'places': (
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_layout',
+            ),
+            'sizes': (
+                'the bytes per rank: smaller',
+            ),
         },
         'optimizer_bytes_hard_coded': {
             'always': (
                 'Uses bytes_per_param for weights, gradients and optimizer state',
+            ),
+            'certain': (
+                'the bytes per rank',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -4184,6 +6893,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the bytes per rank: off',
+            ),
+            'places': (
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ odd_layout',
+            ),
+            'sizes': (
+                'the bytes per rank: larger',
             ),
         },
         'returns_gigabytes': {
@@ -4196,6 +6912,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Stage 3 shards weights, gradients and optimizer state',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
             ),
+            'certain': (
+                'the bytes per rank',
+                'the returned type',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 "Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank",
@@ -4212,6 +6932,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the bytes per rank: off',
                 'the returned type: differs',
+            ),
+            'places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the bytes per rank @ world_1',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'sizes': (
+                'the bytes per rank: smaller',
             ),
         },
         'returns_formatted_string': {
@@ -4225,6 +6968,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Stage 2 shards gradients and optimizer state, not the weights',
                 'Stage 3 shards weights, gradients and optimizer state',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
+            ),
+            'certain': (
+                'the bytes per rank',
+                'the returned type',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -4245,10 +6992,35 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the bytes per rank: missing',
                 'the returned type: differs',
             ),
+            'places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the bytes per rank @ world_1',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'sizes': (
+            ),
         },
         'no_value_error': {
             'always': (
                 'Rejects a stage outside 0-3 with ValueError',
+            ),
+            'certain': (
+                'raising ValueError',
             ),
             'may': (
                 'Rejects a stage outside 0-3 with ValueError',
@@ -4258,6 +7030,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'raising ValueError: differs',
+            ),
+            'places': (
+                'raising ValueError @ invalid',
+            ),
+            'sizes': (
             ),
         },
         'always_raises': {
@@ -4271,6 +7048,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Stage 2 shards gradients and optimizer state, not the weights',
                 'Stage 3 shards weights, gradients and optimizer state',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
+            ),
+            'certain': (
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -4288,6 +7067,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
         'returns_zero': {
             'always': (
@@ -4300,6 +7083,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Stage 2 shards gradients and optimizer state, not the weights',
                 'Stage 3 shards weights, gradients and optimizer state',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
+            ),
+            'certain': (
+                'the bytes per rank',
+                'the returned type',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -4319,6 +7106,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the bytes per rank: zeros',
                 'the returned type: differs',
+            ),
+            'places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the bytes per rank @ world_1',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'sizes': (
+                'the bytes per rank: smaller',
             ),
         },
     },
