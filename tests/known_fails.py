@@ -37,7 +37,8 @@ def seen(exercise: str, name: str) -> list[dict]:
                     "wrong": [*where.wrong_quantities, *where.follow] if where else [],
                     "signs": list(where.signs) if where else [],
                     "places": list(where.places) if where else [],
-                    "sizes": list(where.sizes) if where else []})
+                    "sizes": list(where.sizes) if where else [],
+                    "leads": list(where.wrong_quantities) if where else []})
     return out
 
 
@@ -56,7 +57,7 @@ def record(exercise: str, runs: dict[str, list[dict]]) -> dict[str, dict[str, tu
                                "signs": tuple(sorted({q for r in mine for q in r["signs"]})),
                                "places": tuple(sorted({q for r in mine for q in r["places"]})),
                                "sizes": tuple(sorted({q for r in mine for q in r["sizes"]})),
-                               "certain": tuple(sorted(set.intersection(*(set(r["wrong"]) for r in mine))))}
+                               "certain": tuple(sorted(set.intersection(*(set(r["leads"]) for r in mine))))}
     return out
 
 

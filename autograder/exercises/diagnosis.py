@@ -221,8 +221,9 @@ def contradictions(seen: list[dict], where: Localisation) -> list[str]:
             kinds.setdefault(quantity, set()).add(kind)
     found = set(where.wrong_quantities) | set(where.follow)
     out = [f"{q}: wrong" for q in sorted(found - wrong)]  # a result the mistake leaves right
-    if places:  # wrong in a scenario where the mistake changes nothing
-        out += [p for p in where.places if p.split(" @ ")[0] in wrong and p not in places]
+    scenarios = {p.split(" @ ")[-1] for p in places}
+    if scenarios:  # wrong in a scenario where the mistake changes nothing at all
+        out += sorted({p.split(" @ ")[-1] for p in where.places} - scenarios)
     if where.crashed and not any("raised" in s.get("signs", ()) for s in seen):
         out.append("raised")
     for sign in where.signs:
@@ -241,9 +242,13 @@ def contradictions(seen: list[dict], where: Localisation) -> list[str]:
         for size in s.get("sizes", ()):
             quantity, _, way = size.rpartition(": ")
             sizes.setdefault(quantity, set()).add(way)
-    out += [size for size in where.sizes if size.rpartition(": ")[0] in sizes
-            and size.rpartition(": ")[2] not in sizes[size.rpartition(": ")[0]]]  # smaller where it makes it larger
-    certain = {q for s in seen for q in s.get("certain", ())}
+    mine: dict[str, set[str]] = {}
+    for size in where.sizes:
+        quantity, _, way = size.rpartition(": ")
+        mine.setdefault(quantity, set()).add(way)
+    out += [f"{q}: {'/'.join(sorted(ways))}" for q, ways in sorted(mine.items())  # only smaller where it makes it larger
+            if q in sizes and not ways & sizes[q]]
+    certain = {q for s in seen for q in s.get("certain", ())}  # wrong first in every run of its variants
     out += [f"{q}: right" for q in sorted(certain & set(where.right))]
     return out
 

@@ -125,8 +125,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
-                'the parameters after construction',
-                'the parameters after training',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -183,8 +181,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
-                'the parameters after construction',
-                'the parameters after training',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -236,7 +232,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
-                'the parameters after training',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -279,8 +274,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
-                'the parameters after construction',
-                'the parameters after training',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -345,7 +338,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
-                'the parameters after training',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -412,7 +404,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
-                'the parameters after training',
             ),
             'may': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
@@ -471,7 +462,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
-                'the parameters after training',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -1499,15 +1489,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "gather_full_params() returns FSDP2's trained float32 parameters",
             ),
             'certain': (
-                'grad_norm',
-                'parameter 0.bias',
-                'parameter 0.weight',
-                'parameter 2.bias',
-                'parameter 2.weight',
-                'parameter 4.bias',
-                'parameter 4.weight',
                 'the gradient norms',
-                'the losses',
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -1674,16 +1656,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "gather_full_params() returns FSDP2's trained float32 parameters",
             ),
             'certain': (
-                'grad_norm',
-                'parameter 0.bias',
-                'parameter 0.weight',
-                'parameter 2.bias',
-                'parameter 2.weight',
-                'parameter 4.bias',
-                'parameter 4.weight',
                 'the gradient norms',
-                'the losses',
-                'the shard size',
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -2001,7 +1974,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
             ),
             'certain': (
-                "the optimizer state's bytes on a rank",
                 'the parameters after each step',
             ),
             'may': (
@@ -2209,7 +2181,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
             ),
             'certain': (
-                "the optimizer state's bytes on a rank",
                 'the parameters after each step',
             ),
             'may': (
@@ -2291,6 +2262,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
             ),
+            'certain': (
+                'fc1.bias (gradient)',
+                'fc1.weight (gradient)',
+                'fc2.weight (gradient)',
+                'the output',
+                "x's gradient",
+            ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -2314,12 +2292,37 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output: off',
                 "x's gradient: off",
             ),
+            'places': (
+                'fc1.bias (gradient) @ three_ranks',
+                'fc1.bias (gradient) @ two_ranks',
+                'fc1.weight (gradient) @ three_ranks',
+                'fc1.weight (gradient) @ two_ranks',
+                'fc2.weight (gradient) @ three_ranks',
+                'fc2.weight (gradient) @ two_ranks',
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                'fc1.bias (gradient): larger',
+                'fc1.bias (gradient): smaller',
+                'fc1.weight (gradient): larger',
+                'fc2.weight (gradient): larger',
+                'the output: larger',
+                "x's gradient: smaller",
+            ),
         },
         'no_backward_all_reduce': {
             'always': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
                 'Output, x.grad and shard gradients are right on 3 ranks',
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'certain': (
+                "x's gradient",
             ),
             'may': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -2332,6 +2335,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 "x's gradient: off",
             ),
+            'places': (
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                "x's gradient: smaller",
+            ),
         },
         'autograd_all_reduce_for_g': {
             'always': (
@@ -2341,6 +2352,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Output, x.grad and shard gradients are right on 3 ranks',
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'certain': (
+                'fc1.bias (gradient)',
+                'fc1.weight (gradient)',
+                'fc2.weight (gradient)',
+                "x's gradient",
             ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
@@ -2362,6 +2379,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'fc2.weight (gradient): ×world_size',
                 "x's gradient: ×world_size",
             ),
+            'places': (
+                'fc1.bias (gradient) @ three_ranks',
+                'fc1.bias (gradient) @ two_ranks',
+                'fc1.weight (gradient) @ three_ranks',
+                'fc1.weight (gradient) @ two_ranks',
+                'fc2.weight (gradient) @ three_ranks',
+                'fc2.weight (gradient) @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                'fc1.bias (gradient): larger',
+                'fc1.weight (gradient): larger',
+                'fc2.weight (gradient): larger',
+                "x's gradient: larger",
+            ),
         },
         'averages_instead_of_summing': {
             'always': (
@@ -2370,6 +2404,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Output, x.grad and shard gradients are right on 3 ranks',
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'certain': (
+                'the output',
+                "x's gradient",
             ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
@@ -2388,6 +2426,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output: off',
                 "x's gradient: ÷world_size",
             ),
+            'places': (
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                'the output: smaller',
+                "x's gradient: smaller",
+            ),
         },
         'fc2_bias_on_every_rank': {
             'always': (
@@ -2395,6 +2445,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
                 'Output, x.grad and shard gradients are right on 3 ranks',
                 "The output equals the single-process MLP's on every rank (2 ranks)",
+            ),
+            'certain': (
+                'the output',
             ),
             'may': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -2408,6 +2461,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the output: off',
             ),
+            'places': (
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+            ),
+            'sizes': (
+                'the output: larger',
+            ),
         },
         'interleaved_shards': {
             'always': (
@@ -2418,6 +2479,16 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Output, x.grad and shard gradients are right on 3 ranks',
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'certain': (
+                'fc1.bias (gradient)',
+                'fc1.bias (value)',
+                'fc1.weight (gradient)',
+                'fc1.weight (value)',
+                'fc2.weight (gradient)',
+                'fc2.weight (value)',
+                'the output',
+                "x's gradient",
             ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
@@ -2448,6 +2519,36 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output: off',
                 "x's gradient: off",
             ),
+            'places': (
+                'fc1.bias (gradient) @ three_ranks',
+                'fc1.bias (gradient) @ two_ranks',
+                'fc1.bias (value) @ three_ranks',
+                'fc1.bias (value) @ two_ranks',
+                'fc1.weight (gradient) @ three_ranks',
+                'fc1.weight (gradient) @ two_ranks',
+                'fc1.weight (value) @ three_ranks',
+                'fc1.weight (value) @ two_ranks',
+                'fc2.weight (gradient) @ three_ranks',
+                'fc2.weight (gradient) @ two_ranks',
+                'fc2.weight (value) @ three_ranks',
+                'fc2.weight (value) @ two_ranks',
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                'fc1.bias (gradient): larger',
+                'fc1.bias (value): larger',
+                'fc1.weight (gradient): larger',
+                'fc1.weight (value): larger',
+                'fc2.weight (gradient): larger',
+                'fc2.weight (value): larger',
+                'the output: larger',
+                "x's gradient: larger",
+            ),
         },
         'unsplit_mlp_on_every_rank': {
             'always': (
@@ -2459,6 +2560,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
             ),
+            'certain': (
+                'the output',
+                "x's gradient",
+            ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -2475,6 +2580,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the output: off',
                 "x's gradient: off",
+            ),
+            'places': (
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                'the output: larger',
+                "x's gradient: larger",
             ),
         },
         'full_mlp_with_shard_parameters_and_token_all_reduces': {
@@ -2485,6 +2602,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
             ),
+            'certain': (
+                'the output',
+                "x's gradient",
+            ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -2502,10 +2623,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output: off',
                 "x's gradient: off",
             ),
+            'places': (
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                'the output: larger',
+                "x's gradient: larger",
+            ),
         },
         'all_gathers_the_hidden_activations': {
             'always': (
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
+            ),
+            'certain': (
             ),
             'may': (
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
@@ -2513,6 +2648,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'wrong': (
             ),
             'signs': (
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'gathers_the_weights': {
@@ -2520,6 +2659,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
             ),
+            'certain': (
+            ),
             'may': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
@@ -2527,6 +2668,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'wrong': (
             ),
             'signs': (
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'returns_this_ranks_partial_output': {
@@ -2535,6 +2680,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
                 'Output, x.grad and shard gradients are right on 3 ranks',
                 "The output equals the single-process MLP's on every rank (2 ranks)",
+            ),
+            'certain': (
+                'the output',
             ),
             'may': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -2547,6 +2695,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the output: off',
+            ),
+            'places': (
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+            ),
+            'sizes': (
+                'the output: larger',
+                'the output: smaller',
             ),
         },
         'constant_output': {
@@ -2558,6 +2715,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Output, x.grad and shard gradients are right on 3 ranks',
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'certain': (
+                'the output',
+                "x's gradient",
             ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
@@ -2576,6 +2737,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output: zeros',
                 "x's gradient: missing",
             ),
+            'places': (
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'sizes': (
+                'the output: smaller',
+            ),
         },
         'parallelize_module': {
             'always': (
@@ -2586,6 +2758,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Output, x.grad and shard gradients are right on 3 ranks',
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
+            ),
+            'certain': (
             ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
@@ -2600,6 +2774,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'shards_the_wrong_dimension': {
@@ -2612,6 +2790,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "The output equals the single-process MLP's on every rank (2 ranks)",
                 'x.grad equals the single-process input gradient on every rank (2 ranks)',
             ),
+            'certain': (
+            ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -2626,12 +2806,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
         'deadlocks_on_three_ranks': {
             'always': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
                 'Output, x.grad and shard gradients are right on 3 ranks',
+            ),
+            'certain': (
             ),
             'may': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -2643,6 +2829,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
     },
     'average_gradients': {
@@ -2651,6 +2841,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
+            ),
+            'certain': (
+                'the gradients after your call',
             ),
             'may': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
@@ -2672,12 +2865,37 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the parameters after your call: off',
             ),
+            'places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'sizes': (
+                'the gradients after your call: larger',
+                'the gradients before your call: larger',
+                'the gradients before your call: smaller',
+                'the parameters after training: smaller',
+            ),
         },
         'divides_twice': {
             'always': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
+            ),
+            'certain': (
+                'the gradients after your call',
             ),
             'may': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
@@ -2699,10 +2917,34 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the parameters after your call: off',
             ),
+            'places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'sizes': (
+                'the gradients after your call: smaller',
+                'the gradients before your call: larger',
+                'the gradients before your call: smaller',
+            ),
         },
         'hard_coded_two': {
             'always': (
                 'Uses the real world size (3 ranks)',
+            ),
+            'certain': (
+                'the gradients after your call',
             ),
             'may': (
                 'Uses the real world size (3 ranks)',
@@ -2720,6 +2962,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients before your call: off',
                 'the parameters after training: off',
                 'the parameters after your call: off',
+            ),
+            'places': (
+                'params_before @ three_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients before your call @ three_ranks',
+                'the parameters after training @ three_ranks',
+                'the parameters after your call @ three_ranks',
+            ),
+            'sizes': (
+                'the gradients after your call: larger',
+                'the gradients before your call: smaller',
             ),
         },
         'divides_by_a_constant': {
@@ -2728,6 +2981,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
             ),
+            'certain': (
+                'the gradients after your call',
+            ),
             'may': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
@@ -2748,12 +3004,36 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the parameters after your call: off',
             ),
+            'places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'sizes': (
+                'the gradients after your call: smaller',
+                'the gradients before your call: larger',
+                'the gradients before your call: smaller',
+            ),
         },
         'broadcasts_rank_zero': {
             'always': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
+            ),
+            'certain': (
+                'the gradients after your call',
             ),
             'may': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
@@ -2775,6 +3055,28 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the parameters after your call: off',
             ),
+            'places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'sizes': (
+                'the gradients after your call: larger',
+                'the gradients after your call: smaller',
+                'the gradients before your call: larger',
+                'the gradients before your call: smaller',
+            ),
         },
         'reduces_to_rank_zero': {
             'always': (
@@ -2782,6 +3084,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
+            ),
+            'certain': (
+                'the gradients after your call',
             ),
             'may': (
                 'Every rank holds the same gradients after the call (all-reduce, not reduce)',
@@ -2802,6 +3107,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients before your call: off',
                 'the parameters after training: off',
                 'the parameters after your call: off',
+            ),
+            'places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'sizes': (
+                'the gradients after your call: larger',
+                'the gradients after your call: smaller',
+                'the gradients before your call: larger',
             ),
         },
         'grads_unchanged': {
@@ -2813,6 +3139,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
             ),
+            'certain': (
+                'the gradients after your call',
+            ),
             'may': (
                 'Changes the gradients only, never the parameters',
                 'Every rank holds the same gradients after the call (all-reduce, not reduce)',
@@ -2834,6 +3163,28 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients before your call: off',
                 'the parameters after training: off',
                 'the parameters after your call: off',
+            ),
+            'places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'sizes': (
+                'the gradients after your call: larger',
+                'the gradients after your call: smaller',
+                'the gradients before your call: larger',
+                'the gradients before your call: smaller',
             ),
         },
         'averages_parameters': {
@@ -2845,6 +3196,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
             ),
+            'certain': (
+                'the gradients after your call',
+            ),
             'may': (
                 'Changes the gradients only, never the parameters',
                 'Every rank holds the same gradients after the call (all-reduce, not reduce)',
@@ -2867,12 +3221,37 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the parameters after your call: off',
             ),
+            'places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'sizes': (
+                'the gradients after your call: larger',
+                'the gradients after your call: smaller',
+                'the gradients before your call: larger',
+                'the gradients before your call: smaller',
+            ),
         },
         'also_steps_the_parameters': {
             'always': (
                 'Changes the gradients only, never the parameters',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
+            ),
+            'certain': (
+                'the parameters after your call',
             ),
             'may': (
                 'Changes the gradients only, never the parameters',
@@ -2893,10 +3272,30 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training: off',
                 'the parameters after your call: off',
             ),
+            'places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'sizes': (
+            ),
         },
         'crashes_on_missing_grad': {
             'always': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+            ),
+            'certain': (
             ),
             'may': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
@@ -2906,10 +3305,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
         'zero_fills_missing_grads': {
             'always': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
+            ),
+            'certain': (
+                'params_before',
+                'the gradients before your call',
+                'the parameters after your call',
             ),
             'may': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
@@ -2925,12 +3333,25 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients before your call: off',
                 'the parameters after training: off',
                 'the parameters after your call: off',
+            ),
+            'places': (
+                'params_before @ no_grad_params',
+                'the gradients before your call @ no_grad_params',
+                'the parameters after training @ no_grad_params',
+                'the parameters after your call @ no_grad_params',
+            ),
+            'sizes': (
             ),
         },
         'stops_at_first_missing_grad': {
             'always': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
             ),
+            'certain': (
+                'params_before',
+                'the gradients before your call',
+                'the parameters after your call',
+            ),
             'may': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
             ),
@@ -2945,6 +3366,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients before your call: off',
                 'the parameters after training: off',
                 'the parameters after your call: off',
+            ),
+            'places': (
+                'params_before @ no_grad_params',
+                'the gradients before your call @ no_grad_params',
+                'the parameters after training @ no_grad_params',
+                'the parameters after your call @ no_grad_params',
+            ),
+            'sizes': (
+                'the gradients before your call: larger',
             ),
         },
         'deadlocks_rank_one': {
@@ -2956,6 +3386,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
             ),
+            'certain': (
+            ),
             'may': (
                 'Changes the gradients only, never the parameters',
                 'Every rank holds the same gradients after the call (all-reduce, not reduce)',
@@ -2968,6 +3400,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
     },
@@ -3647,48 +4083,72 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'always': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
+            'certain': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
             'wrong': (
             ),
             'signs': (
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'ring_that_keeps_every_chunk': {
             'always': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
+            'certain': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
             'wrong': (
             ),
             'signs': (
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'merge_all_partials_at_the_end_float64': {
             'always': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
+            'certain': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
             'wrong': (
             ),
             'signs': (
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'sends_after_the_last_step': {
             'always': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
+            'certain': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
             'wrong': (
             ),
             'signs': (
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'ring_runs_backwards': {
@@ -3696,6 +4156,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
             ),
+            'certain': (
+                'the output',
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
@@ -3706,12 +4169,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the output: off',
             ),
+            'places': (
+                'the output @ four_ranks_causal',
+                'the output @ three_ranks_causal',
+            ),
+            'sizes': (
+                'the output: larger',
+                'the output: smaller',
+            ),
         },
         'causal_mask_on_local_positions': {
             'always': (
                 'Right causal output on 2 ranks (mask by global positions)',
                 'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
             ),
+            'certain': (
+                'the output',
+            ),
             'may': (
                 'Right causal output on 2 ranks (mask by global positions)',
                 'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
@@ -3722,10 +4196,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the output: off',
             ),
+            'places': (
+                'the output @ four_ranks_causal',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks_causal',
+            ),
+            'sizes': (
+                'the output: larger',
+                'the output: smaller',
+            ),
         },
         'chunk_offsets_wrong': {
             'always': (
                 'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
+            ),
+            'certain': (
+                'the output',
             ),
             'may': (
                 'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
@@ -3735,6 +4221,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the output: off',
+            ),
+            'places': (
+                'the output @ four_ranks_causal',
+                'the output @ three_ranks_causal',
+            ),
+            'sizes': (
+                'the output: smaller',
             ),
         },
         'local_attention_only': {
@@ -3745,6 +4238,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
                 'Right output on 3 ranks: three partial results merged with log-sum-exp',
             ),
+            'certain': (
+                'the output',
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 2 ranks (mask by global positions)',
@@ -3757,6 +4253,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the output: off',
+            ),
+            'places': (
+                'the output @ four_ranks_causal',
+                'the output @ memory',
+                'the output @ three_ranks',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks',
+                'the output @ two_ranks_causal',
+            ),
+            'sizes': (
+                'the output: larger',
             ),
         },
         'returns_q': {
@@ -3767,6 +4274,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
                 'Right output on 3 ranks: three partial results merged with log-sum-exp',
             ),
+            'certain': (
+                'the output',
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 2 ranks (mask by global positions)',
@@ -3779,6 +4289,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the output: off',
+            ),
+            'places': (
+                'the output @ four_ranks_causal',
+                'the output @ memory',
+                'the output @ three_ranks',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks',
+                'the output @ two_ranks_causal',
+            ),
+            'sizes': (
+                'the output: larger',
             ),
         },
         'missing_scale': {
@@ -3789,6 +4310,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
                 'Right output on 3 ranks: three partial results merged with log-sum-exp',
             ),
+            'certain': (
+                'the output',
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 2 ranks (mask by global positions)',
@@ -3801,6 +4325,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the output: off',
+            ),
+            'places': (
+                'the output @ four_ranks_causal',
+                'the output @ memory',
+                'the output @ three_ranks',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks',
+                'the output @ two_ranks_causal',
+            ),
+            'sizes': (
+                'the output: larger',
             ),
         },
         'missing_last_step': {
@@ -3811,6 +4346,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
                 'Right output on 3 ranks: three partial results merged with log-sum-exp',
             ),
+            'certain': (
+                'the output',
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 2 ranks (mask by global positions)',
@@ -3823,6 +4361,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the output: off',
+            ),
+            'places': (
+                'the output @ four_ranks_causal',
+                'the output @ memory',
+                'the output @ three_ranks',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks',
+                'the output @ two_ranks_causal',
+            ),
+            'sizes': (
+                'the output: larger',
+                'the output: smaller',
             ),
         },
         'partial_outputs_averaged': {
@@ -3833,6 +4383,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
                 'Right output on 3 ranks: three partial results merged with log-sum-exp',
             ),
+            'certain': (
+                'the output',
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 2 ranks (mask by global positions)',
@@ -3846,6 +4399,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'the output: off',
             ),
+            'places': (
+                'the output @ four_ranks_causal',
+                'the output @ memory',
+                'the output @ three_ranks',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks',
+                'the output @ two_ranks_causal',
+            ),
+            'sizes': (
+                'the output: larger',
+                'the output: smaller',
+            ),
         },
         'receives_half_the_message': {
             'always': (
@@ -3855,6 +4420,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
                 'Right output on 3 ranks: three partial results merged with log-sum-exp',
             ),
+            'certain': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 2 ranks (mask by global positions)',
@@ -3867,12 +4434,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
             ),
+            'places': (
+            ),
+            'sizes': (
+            ),
         },
         'deadlocks_on_three_ranks': {
             'always': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
                 'Right output on 3 ranks: three partial results merged with log-sum-exp',
+            ),
+            'certain': (
             ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
@@ -3883,6 +4456,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
         'blocking_send_then_recv': {
@@ -3893,6 +4470,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Right output on 2 ranks (softmax(q kᵀ/√d) v over the whole sequence)',
                 'Right output on 3 ranks: three partial results merged with log-sum-exp',
             ),
+            'certain': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 2 ranks (mask by global positions)',
@@ -3904,6 +4483,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
             ),
         },
     },
@@ -4187,11 +4770,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'the first update of the parameters',
-                "the given scaler's scales",
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -4247,10 +4827,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Unscales, then clips the gradient norm to max_norm, then steps',
             ),
             'certain': (
-                'the first update of the parameters',
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -4308,10 +4886,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'the first update of the parameters',
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the parameters after training',
             ),
             'may': (
                 'Clears the gradients every batch',
@@ -4426,15 +5002,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'other_updates',
-                "the activations' dtypes",
-                'the first update of the parameters',
-                "the given scaler's scales",
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
-                'the number of optimizer steps',
-                'the parameters after training',
                 'the scaler being enabled',
             ),
             'may': (
@@ -4527,14 +5097,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                "the activations' dtypes",
-                'the first update of the parameters',
-                "the given scaler's scales",
-                'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the loss scale',
-                'the number of optimizer steps',
-                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -4614,11 +5177,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Honours the dtype argument (bfloat16 activations when asked)',
             ),
             'certain': (
-                "the activations' dtypes",
-                'the first update of the parameters',
-                'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -4660,11 +5219,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Runs the forward pass under autocast, keeping fp32 master weights (fp16 by default)',
             ),
             'certain': (
-                "the activations' dtypes",
-                'the first update of the parameters',
-                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
-                'the parameters after training',
                 'the scaler being enabled',
             ),
             'may': (
@@ -4714,13 +5269,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'the first update of the parameters',
-                "the given scaler's scales",
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the number of optimizer steps',
-                'the parameters after training',
-                "the parameters' dtypes",
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -4794,11 +5344,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
             ),
             'certain': (
-                'the gradient norms',
-                'the largest gradient element and one-parameter gradient norm',
                 'the loss scale',
-                'the number of optimizer steps',
-                'the parameters after training',
                 'the scaler being enabled',
             ),
             'may': (
@@ -4850,12 +5396,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'the first update of the parameters',
-                "the given scaler's scales",
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the number of optimizer steps',
-                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -4955,13 +5497,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'the first update of the parameters',
-                "the given scaler's scales",
-                'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the loss scale',
-                'the number of optimizer steps',
-                'the parameters after training',
             ),
             'may': (
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
@@ -5013,13 +5549,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'the first update of the parameters',
-                "the given scaler's scales",
-                'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the loss scale',
-                'the number of optimizer steps',
-                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5094,15 +5624,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'other_updates',
-                'the first update of the parameters',
-                "the given scaler's scales",
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the loss scale',
-                'the number of optimizer steps',
-                'the parameters after training',
-                'the scaler used',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5184,10 +5707,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'the first update of the parameters',
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5238,9 +5759,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'other_updates',
-                "the given scaler's scales",
-                'the parameters after training',
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5352,10 +5870,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'the first update of the parameters',
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the parameters after training',
             ),
             'may': (
                 'Clears the gradients every batch',
@@ -5406,12 +5922,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
-                'stale gradients at backward',
-                'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                'the loss scale',
-                'the number of optimizer steps',
-                'the parameters after training',
             ),
             'may': (
                 'Clears the gradients every batch',
@@ -5472,12 +5983,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Puts the model in training mode',
             ),
             'certain': (
-                'dropout being active',
-                'the first update of the parameters',
-                'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
-                "the model's training mode",
-                'the parameters after training',
             ),
             'may': (
                 'Puts the model in training mode',
@@ -5623,8 +6129,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
-                'the parameters after training',
-                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -5682,8 +6186,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
-                'the parameters after training',
-                'the returned loss',
             ),
             'may': (
                 "Each step applies the window's average gradient",
@@ -5732,9 +6234,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
-                'the number of optimizer steps',
-                'the parameters after training',
-                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -5804,9 +6303,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
-                'the number of optimizer steps',
-                'the parameters after training',
-                'the returned loss',
             ),
             'may': (
                 "Each step applies the window's average gradient",
@@ -5865,8 +6361,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
-                'the parameters after training',
-                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -5927,9 +6421,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
-                'the number of optimizer steps',
-                'the parameters after training',
-                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -5996,8 +6487,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
-                'the parameters after training',
-                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -6266,9 +6755,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
-                "the model's training mode",
-                'the parameters after training',
-                'the returned loss',
             ),
             'may': (
                 'Puts the model in training mode',
@@ -6301,8 +6787,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
-                'the parameters after training',
-                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -6341,9 +6825,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
-                'the number of optimizer steps',
-                'the parameters after training',
-                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -6419,11 +6900,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
-                "the model's training mode",
-                'the number of graphs kept alive',
-                'the number of optimizer steps',
-                'the parameters after training',
-                'the returned loss',
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -7086,7 +7562,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the bytes per rank',
-                'the returned type',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',

@@ -180,9 +180,14 @@ def never_clips(student, reference):
 
 def nothing_clipped(student, reference) -> bool:
     """Never clipping leaves every part of the gradient as large as it came: some element and some one parameter's
-    norm above max_norm too (a clip by value, or per parameter, bounds those)."""
+    norm above max_norm too (a clip by value, or per parameter, bounds those), and the first step's norm, from the
+    same weights and batch as the reference's, at least the clipped one in every scenario (a smaller clip is not
+    'never')."""
     parts, max_norm = _raw(student, "fp16_clipped")["step_grad_parts"], reference["scenarios"]["fp16_clipped"]["case"]["max_norm"]
-    return max(p[0] for p in parts) > max_norm and max(p[1] for p in parts) > max_norm
+    firsts = [(_raw(student, k)["step_grad_norms"][0], v["step_grad_norms"][0])
+              for k, v in reference["scenarios"].items() if v.get("step_grad_norms")]
+    return (max(p[0] for p in parts) > max_norm and max(p[1] for p in parts) > max_norm
+            and all(got >= 0.999 * want for got, want in firsts))
 
 
 def no_max_norm_argument(student, reference):
