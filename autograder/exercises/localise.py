@@ -379,14 +379,43 @@ def _place_key(where: str) -> list[tuple]:
 
 
 def _right_places(found: list[Finding], right_places: set[str]) -> str:
-    """Where a wrong quantity is right ("at rank 0, parameter 1"), when it has positions and some are right: a
-    pattern of its own (weights right, biases not; rank 0 right, rank 1 not)."""
-    wrong_places = {f.where for f in found}
-    fine = sorted((w for w in right_places if w and w not in wrong_places), key=_place_key)
-    if not fine or not any(f.where for f in found):
-        return ""
-    more = len(fine) - 4
-    return "at " + ", ".join(fine[:4]) + (f" and {more} more place{'s' if more > 1 else ''}" if more > 0 else "")
+    """Along each kind of position (rank, parameter, step...), the ones where a partly wrong quantity is right
+    everywhere: "right on parameter 1 and 3 (wrong on parameter 2 and 4)", "right on rank 0 (wrong on rank 1)" --
+    weights right but biases not, one rank right."""
+    earliest = min((f.order for f in found if f.order is not None), default=None)
+    first = [f for f in found if f.order == earliest]
+    time = {part for f in first for part in f.where.split(", ") if part.split(" ")[0] in TIME_WORDS}
+    if earliest is not None and time:  # at the first wrong step or call: later ones differ as a consequence
+        found, right_places = first, {w for w in right_places if time <= set(w.split(", "))}
+    wrong, right = _by_dimension(f.where for f in found), _by_dimension(right_places)
+    out = []
+    for word, bad in wrong.items():
+        good = sorted(right.get(word, set()) - bad, key=_number)
+        if good:
+            out.append(f"on {word} {_listed(good)} (wrong on {word} {_listed(sorted(bad, key=_number))})")
+    return "; ".join(out[:2])
+
+
+def _by_dimension(places) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for where in places:
+        for part in (where or "").split(", "):
+            word, _, index = part.rpartition(" ")
+            if word and index:
+                out.setdefault(word, set()).add(index)
+    return out
+
+
+def _number(index: str) -> tuple:
+    return (0, int(index), "") if index.isdigit() else (1, 0, index)
+
+
+def _listed(items: list[str]) -> str:
+    shown = items[:4] + ([f"{len(items) - 4} more"] if len(items) > 4 else [])
+    return ", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else shown[0]
+
+
+TIME_WORDS = ("step", "call")
 
 
 CASE_SKIP = ("what", "seed", "model_seed", "data_seed", "lead")
