@@ -320,8 +320,12 @@ def _summarise(spec, reference, findings, right, errors, right_at=None) -> Local
         place = ("in every scenario" if everywhere else f"when {_scenario(reference, keys[0])}"
                  + (f" (and in {len(keys) - 1} more scenario{'s' if len(keys) > 2 else ''})" if len(keys) > 1 else ""))
         others = [p for p in patterns if p != main]
+        ways = {f.size for f in found if f.short == "off"}
+        said = main
+        if patterns[main].short == "off" and len(ways) == 1 and "" not in ways:  # a direction is a pattern too
+            said += f", too {'large' if ways == {'larger'} else 'small'} in size wherever it is wrong"
         wrong.append((_telling(patterns[main].short), f"{quantity}: wrong {place}"
-                      f"{', first at ' + where if where else ''}: {main}"
+                      f"{', first at ' + where if where else ''}: {said}"
                       + (f" (elsewhere: {others[0]})" if others else "") + (f"; right {fine}" if fine else "") + "."))
         shorts.append((_telling(patterns[main].short), f"{quantity} {patterns[main].short}"))
     right_only = tuple(sorted(q for q in right if q not in by_quantity and q not in follow))
