@@ -181,7 +181,7 @@ def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[C
         return Diagnosis("unknown", (), tuple(failed), lines, short)
     record = known(exercise)
     fits = [cause for mistake, cause in kept if holds(mistake, parsed, reference)]
-    if not fits or not fits_completely(fits, record, failed, where):
+    if not fits or not fits_completely(fits, record, failed, where, bool(getattr(exercise, "ranks", False))):
         # the signs are there, but the evidence does not fit completely: something the mistake needs to be right
         # is not, or a failure or wrong result the causes do not account for
         return Diagnosis("consistent", tuple(cause for _, cause in kept), tuple(failed), lines, short)
@@ -189,7 +189,8 @@ def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[C
     return Diagnosis("cause", tuple(fits), (), lines, short)
 
 
-def fits_completely(causes: list[Cause], record: dict, failed: list[str], where: Localisation | None) -> bool:
+def fits_completely(causes: list[Cause], record: dict, failed: list[str], where: Localisation | None,
+                    timed: bool = False) -> bool:
     """The causes account for all the evidence: every failed check is one they explain, and nothing in the
     localisation contradicts what these mistakes do (``contradictions``). Another bug that happens to match a
     fingerprint (which ranks come out right, the norms above max_norm) differs somewhere else."""
@@ -198,7 +199,7 @@ def fits_completely(causes: list[Cause], record: dict, failed: list[str], where:
     seen = [record.get(cause.id) for cause in causes]
     if not all(seen) or where is None:  # no record for a cause: its explained checks are all there is to go on
         return True
-    return not contradictions(seen, where)
+    return not contradictions(seen, where, timed)
 
 
 # What a mistake does, both ways, in terms that hold under any salt and any timing of the ranks: which results it
@@ -209,9 +210,11 @@ SPECIAL = ("zeros", "not finite", "unchanged", "transposed", "shifted by one", "
            "not numbers")
 
 
-def contradictions(seen: list[dict], where: Localisation) -> list[str]:
+def contradictions(seen: list[dict], where: Localisation, timed: bool = False) -> list[str]:
     """What the localisation shows that the mistakes' record (``known_fails.py``, their named variants under every
-    salt they are graded with) says they never do, or what they always get wrong that is right here."""
+    salt they are graded with) says they never do, or what they always get wrong that is right here. ``timed``: a
+    rank exercise, where a racing mistake's factor and direction vary with timing: they are not compared for a result
+    whose recorded kinds already differ from run to run."""
     wrong = {q for s in seen for q in s["wrong"]}
     places = {p for s in seen for p in s.get("places", ())}
     kinds: dict[str, set[str]] = {}
@@ -233,6 +236,8 @@ def contradictions(seen: list[dict], where: Localisation) -> list[str]:
             continue
         if _category(kind) not in {_category(k) for k in recorded}:
             out.append(sign)  # zeros where the mistake gives a plain difference, NaN where it gives finite values
+        elif timed and len(recorded) > 1:  # its variants' runs already differ: a race, not a fixed factor
+            continue
         elif _named(kind) and not any(_named(k) for k in recorded):
             out.append(sign)  # an exact named factor where the mistake's difference is no factor at all
         elif kind == "off" and all(_named(k) for k in recorded):
@@ -247,7 +252,7 @@ def contradictions(seen: list[dict], where: Localisation) -> list[str]:
         quantity, _, way = size.rpartition(": ")
         mine.setdefault(quantity, set()).add(way)
     out += [f"{q}: {'/'.join(sorted(ways))}" for q, ways in sorted(mine.items())  # only smaller where it makes it larger
-            if q in sizes and not ways & sizes[q]]
+            if q in sizes and not ways & sizes[q] and not (timed and len(kinds.get(q, ())) > 1)]
     certain = {q for s in seen for q in s.get("certain", ())}  # wrong first in every run of its variants
     out += [f"{q}: right" for q in sorted(certain & set(where.right))]
     return out

@@ -38,7 +38,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
-                'the gradients after backward: smaller',
             ),
         },
         'all_reduce_only_after_backward': {
@@ -62,7 +61,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
-                'the gradients after backward: smaller',
             ),
         },
         'never_resets_between_steps': {
@@ -163,10 +161,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
                 'the gradients after backward: larger',
                 'the gradients after backward: smaller',
-                'the parameters after construction: larger',
-                'the parameters after construction: smaller',
-                'the parameters after training: larger',
-                'the parameters after training: smaller',
             ),
         },
         'zeroes_the_gradients': {
@@ -216,9 +210,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training @ three_ranks',
             ),
             'sizes': (
-                'the gradients after backward: smaller',
-                'the parameters after construction: larger',
-                'the parameters after training: larger',
             ),
         },
         'sums_without_dividing': {
@@ -297,10 +288,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
                 'the gradients after backward: larger',
                 'the gradients after backward: smaller',
-                'the parameters after construction: larger',
-                'the parameters after construction: smaller',
-                'the parameters after training: larger',
-                'the parameters after training: smaller',
             ),
         },
         'one_all_reduce_per_parameter': {
@@ -370,7 +357,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
-                'the gradients after backward: smaller',
             ),
         },
         'hooks_on_frozen_parameters': {
@@ -422,8 +408,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training @ special',
             ),
             'sizes': (
-                'the gradients after backward: larger',
-                'the gradients after backward: smaller',
             ),
         },
         'waits_forever_for_unused_parameter': {
@@ -448,7 +432,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
-                'the gradients after backward: smaller',
             ),
         },
         'rank_dependent_bucket_order': {
@@ -609,10 +592,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                "the experts' gradients: smaller",
-                'the output: larger',
-                "the router's gradient: larger",
-                "x's gradient: larger",
             ),
         },
         'returns_x': {
@@ -667,9 +646,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                "the experts' gradients: smaller",
-                'the output: larger',
-                "x's gradient: larger",
             ),
         },
         'dispatch_outside_autograd': {
@@ -707,8 +683,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                "the experts' gradients: smaller",
-                "x's gradient: smaller",
             ),
         },
         'global_expert_id_as_local_index': {
@@ -817,11 +791,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                "the experts' gradients: smaller",
-                'the output: larger',
-                "the router's gradient: larger",
-                "the router's gradient: smaller",
-                "x's gradient: larger",
             ),
         },
         'no_gate': {
@@ -877,8 +846,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 "the experts' gradients: larger",
-                'the output: larger',
-                "x's gradient: larger",
             ),
         },
         'not_unpermuted': {
@@ -933,14 +900,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                "the experts' gradients: larger",
-                "the experts' gradients: smaller",
-                'the output: larger',
-                'the output: smaller',
-                "the router's gradient: larger",
-                "the router's gradient: smaller",
-                "x's gradient: larger",
-                "x's gradient: smaller",
             ),
         },
     },
@@ -1001,9 +960,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'o @ ragged',
             ),
             'sizes': (
-                'dk: larger',
-                'dq: larger',
-                'o: larger',
             ),
         },
         'missing_scale': {
@@ -1070,10 +1026,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'o @ ragged',
             ),
             'sizes': (
-                'dk: larger',
-                'dq: larger',
-                'dv: larger',
-                'o: larger',
             ),
         },
         'causal_mask_off_by_one': {
@@ -1148,7 +1100,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'o @ large_logits',
             ),
             'sizes': (
-                'dv: smaller',
             ),
         },
         'last_partial_tile_dropped': {
@@ -1201,10 +1152,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'o @ ragged',
             ),
             'sizes': (
-                'dk: smaller',
-                'dq: smaller',
-                'dv: smaller',
-                'o: smaller',
             ),
         },
         'd_summed_over_one_key_tile': {
@@ -1248,8 +1195,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dq @ ragged',
             ),
             'sizes': (
-                'dk: smaller',
-                'dq: larger',
             ),
         },
         'l_saved_as_max_only': {
@@ -1301,9 +1246,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dv @ ragged',
             ),
             'sizes': (
-                'dk: larger',
-                'dq: larger',
-                'dv: larger',
             ),
         },
         'float32_output_for_bf16': {
@@ -1439,8 +1381,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'o @ memory',
             ),
             'sizes': (
-                'dq: smaller',
-                'o: smaller',
             ),
         },
     },
@@ -1551,12 +1491,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'grad_norm: larger',
-                'parameter 2.bias: larger',
-                'parameter 4.bias: larger',
-                'parameter 4.bias: smaller',
-                'parameter 4.weight: larger',
                 'the gradient norms: larger',
-                'the losses: larger',
             ),
         },
         'all_reduce_keeps_full_grads': {
@@ -1725,8 +1660,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'grad_norm: larger',
-                'parameter 4.bias: larger',
-                'parameter 4.bias: smaller',
                 'the gradient norms: larger',
                 'the losses: larger',
                 'the shard size: larger',
@@ -1758,7 +1691,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'grad_norm: larger',
-                'grad_norm: smaller',
             ),
         },
         'shards_columns_gathers_rows': {
@@ -1800,7 +1732,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'loss @ memory',
             ),
             'sizes': (
-                'loss: larger',
             ),
         },
         'bf16_master_weights': {
@@ -1897,8 +1828,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'loss @ memory',
             ),
             'sizes': (
-                'grad_norm: smaller',
-                'loss: smaller',
             ),
         },
         'deadlocks_rank_one': {
@@ -2004,9 +1933,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after each step @ sgd_three',
             ),
             'sizes': (
-                "the optimizer state's bytes on a rank: smaller",
-                'the parameters after each step: larger',
-                'the parameters after each step: smaller',
             ),
         },
         'broadcasts_from_the_wrong_owner': {
@@ -2039,8 +1965,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after each step @ sgd_three',
             ),
             'sizes': (
-                'the parameters after each step: larger',
-                'the parameters after each step: smaller',
             ),
         },
         'never_shares_the_parameters': {
@@ -2076,8 +2000,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after each step @ sgd_three',
             ),
             'sizes': (
-                'the parameters after each step: larger',
-                'the parameters after each step: smaller',
             ),
         },
         'every_rank_steps_everything': {
@@ -2173,7 +2095,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after each step @ groups',
             ),
             'sizes': (
-                'the parameters after each step: larger',
             ),
         },
         'no_add_param_group': {
@@ -2200,7 +2121,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 "the optimizer state's bytes on a rank: smaller",
-                'the parameters after each step: larger',
             ),
         },
         'empty_shard_crashes': {
@@ -2307,12 +2227,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                'fc1.bias (gradient): larger',
-                'fc1.bias (gradient): smaller',
-                'fc1.weight (gradient): larger',
-                'fc2.weight (gradient): larger',
-                'the output: larger',
-                "x's gradient: smaller",
             ),
         },
         'no_backward_all_reduce': {
@@ -2341,7 +2255,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                "x's gradient: smaller",
             ),
         },
         'autograd_all_reduce_for_g': {
@@ -2435,7 +2348,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                'the output: smaller',
                 "x's gradient: smaller",
             ),
         },
@@ -2467,7 +2379,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output @ two_ranks',
             ),
             'sizes': (
-                'the output: larger',
             ),
         },
         'interleaved_shards': {
@@ -2540,14 +2451,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                'fc1.bias (gradient): larger',
-                'fc1.bias (value): larger',
-                'fc1.weight (gradient): larger',
-                'fc1.weight (value): larger',
-                'fc2.weight (gradient): larger',
-                'fc2.weight (value): larger',
-                'the output: larger',
-                "x's gradient: larger",
             ),
         },
         'unsplit_mlp_on_every_rank': {
@@ -2590,8 +2493,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                'the output: larger',
-                "x's gradient: larger",
             ),
         },
         'full_mlp_with_shard_parameters_and_token_all_reduces': {
@@ -2632,8 +2533,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                'the output: larger',
-                "x's gradient: larger",
             ),
         },
         'all_gathers_the_hidden_activations': {
@@ -2702,8 +2601,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output @ two_ranks',
             ),
             'sizes': (
-                'the output: larger',
-                'the output: smaller',
             ),
         },
         'constant_output': {
@@ -2746,7 +2643,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient @ two_ranks",
             ),
             'sizes': (
-                'the output: smaller',
             ),
         },
         'parallelize_module': {
@@ -2883,9 +2779,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after your call: larger',
-                'the gradients before your call: larger',
-                'the gradients before your call: smaller',
-                'the parameters after training: smaller',
             ),
         },
         'divides_twice': {
@@ -2935,8 +2828,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after your call: smaller',
-                'the gradients before your call: larger',
-                'the gradients before your call: smaller',
             ),
         },
         'hard_coded_two': {
@@ -2972,7 +2863,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after your call: larger',
-                'the gradients before your call: smaller',
             ),
         },
         'divides_by_a_constant': {
@@ -3022,8 +2912,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after your call: smaller',
-                'the gradients before your call: larger',
-                'the gradients before your call: smaller',
             ),
         },
         'broadcasts_rank_zero': {
@@ -3072,10 +2960,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after your call @ two_ranks',
             ),
             'sizes': (
-                'the gradients after your call: larger',
-                'the gradients after your call: smaller',
-                'the gradients before your call: larger',
-                'the gradients before your call: smaller',
             ),
         },
         'reduces_to_rank_zero': {
@@ -3125,9 +3009,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after your call @ two_ranks',
             ),
             'sizes': (
-                'the gradients after your call: larger',
-                'the gradients after your call: smaller',
-                'the gradients before your call: larger',
             ),
         },
         'grads_unchanged': {
@@ -3181,10 +3062,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after your call @ two_ranks',
             ),
             'sizes': (
-                'the gradients after your call: larger',
-                'the gradients after your call: smaller',
-                'the gradients before your call: larger',
-                'the gradients before your call: smaller',
             ),
         },
         'averages_parameters': {
@@ -3238,10 +3115,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after your call @ two_ranks',
             ),
             'sizes': (
-                'the gradients after your call: larger',
-                'the gradients after your call: smaller',
-                'the gradients before your call: larger',
-                'the gradients before your call: smaller',
             ),
         },
         'also_steps_the_parameters': {
@@ -3374,7 +3247,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after your call @ no_grad_params',
             ),
             'sizes': (
-                'the gradients before your call: larger',
             ),
         },
         'deadlocks_rank_one': {
@@ -3466,7 +3338,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the schedule's length @ main_6",
             ),
             'sizes': (
-                "the schedule's length: larger",
             ),
         },
         'one_stage_too_few': {
@@ -3559,7 +3430,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the schedule's length @ main_6",
             ),
             'sizes': (
-                "the schedule's length: larger",
             ),
         },
         'backward_overwrites_last_forward': {
@@ -3933,7 +3803,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the schedule's length @ edge_1",
             ),
             'sizes': (
-                "the schedule's length: smaller",
             ),
         },
         'returns_a_dict': {
@@ -4028,7 +3897,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the schedule's length @ main_6",
             ),
             'sizes': (
-                "the schedule's length: smaller",
             ),
         },
         'all_idle': {
@@ -4174,8 +4042,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output @ three_ranks_causal',
             ),
             'sizes': (
-                'the output: larger',
-                'the output: smaller',
             ),
         },
         'causal_mask_on_local_positions': {
@@ -4202,8 +4068,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output @ two_ranks_causal',
             ),
             'sizes': (
-                'the output: larger',
-                'the output: smaller',
             ),
         },
         'chunk_offsets_wrong': {
@@ -4227,7 +4091,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output @ three_ranks_causal',
             ),
             'sizes': (
-                'the output: smaller',
             ),
         },
         'local_attention_only': {
@@ -4263,7 +4126,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output @ two_ranks_causal',
             ),
             'sizes': (
-                'the output: larger',
             ),
         },
         'returns_q': {
@@ -4299,7 +4161,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output @ two_ranks_causal',
             ),
             'sizes': (
-                'the output: larger',
             ),
         },
         'missing_scale': {
@@ -4335,7 +4196,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output @ two_ranks_causal',
             ),
             'sizes': (
-                'the output: larger',
             ),
         },
         'missing_last_step': {
@@ -4371,8 +4231,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output @ two_ranks_causal',
             ),
             'sizes': (
-                'the output: larger',
-                'the output: smaller',
             ),
         },
         'partial_outputs_averaged': {
@@ -4408,8 +4266,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output @ two_ranks_causal',
             ),
             'sizes': (
-                'the output: larger',
-                'the output: smaller',
             ),
         },
         'receives_half_the_message': {
@@ -4545,7 +4401,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the byte count @ buffer',
             ),
             'sizes': (
-                'the byte count: larger',
             ),
         },
         'view_bytes_instead_of_storage_bytes': {
@@ -4682,7 +4537,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned type @ slice',
             ),
             'sizes': (
-                'the byte count: smaller',
             ),
         },
         'a_constant': {
@@ -4757,7 +4611,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the byte count @ slice',
             ),
             'sizes': (
-                'the byte count: smaller',
             ),
         },
     },
@@ -4814,11 +4667,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training @ given_scaler',
             ),
             'sizes': (
-                'the first update of the parameters: smaller',
-                "the given scaler's scales: smaller",
                 'the gradient norms: smaller',
                 'the largest gradient element and one-parameter gradient norm: smaller',
-                'the number of optimizer steps: smaller',
             ),
         },
         'never_clips': {
@@ -4875,8 +4725,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters: larger',
                 'the gradient norms: larger',
                 'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
-                'the parameters after training: larger',
             ),
         },
         'no_max_norm_argument': {
@@ -4976,18 +4824,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the scaler used @ fp16_overflow',
             ),
             'sizes': (
-                'other_updates: larger',
                 'the first update of the parameters: larger',
-                "the given scaler's scales: larger",
                 'the gradient norms: larger',
-                'the gradient norms: smaller',
                 'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
                 'the loss scale: larger',
                 'the loss scale: smaller',
                 'the number of optimizer steps: larger',
-                'the parameters after training: larger',
-                'the scaler used: larger',
             ),
         },
         'torch_cuda_amp': {
@@ -5076,15 +4918,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the scaler being enabled @ fp16_overflow',
             ),
             'sizes': (
-                'other_updates: larger',
                 'the first update of the parameters: larger',
                 'the gradient norms: larger',
-                'the gradient norms: smaller',
                 'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
                 'the loss scale: smaller',
                 'the number of optimizer steps: larger',
-                'the parameters after training: larger',
             ),
         },
         'forward_outside_autocast': {
@@ -5161,14 +4999,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the first update of the parameters: larger',
-                "the given scaler's scales: larger",
                 'the gradient norms: larger',
-                'the gradient norms: smaller',
                 'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
                 'the loss scale: larger',
                 'the number of optimizer steps: larger',
-                'the parameters after training: larger',
             ),
         },
         'hard_coded_float16': {
@@ -5330,12 +5164,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the parameters' dtypes @ fp16_overflow",
             ),
             'sizes': (
-                'the first update of the parameters: larger',
                 'the gradient norms: larger',
                 'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
                 'the number of optimizer steps: larger',
-                'the parameters after training: larger',
             ),
         },
         'scaler_without_device_type': {
@@ -5380,10 +5211,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the scaler being enabled @ fp16_overflow',
             ),
             'sizes': (
-                'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
                 'the loss scale: smaller',
-                'the number of optimizer steps: larger',
             ),
         },
         'no_scaler_in_fp16': {
@@ -5453,9 +5281,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters: larger',
                 'the gradient norms: larger',
                 'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
                 'the number of optimizer steps: larger',
-                'the parameters after training: larger',
             ),
         },
         'loss_not_scaled': {
@@ -5535,7 +5361,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training @ given_scaler',
             ),
             'sizes': (
-                "the given scaler's scales: smaller",
                 'the loss scale: smaller',
                 'the number of optimizer steps: larger',
             ),
@@ -5607,12 +5432,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training @ given_scaler',
             ),
             'sizes': (
-                "the given scaler's scales: smaller",
-                'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
                 'the loss scale: smaller',
                 'the number of optimizer steps: larger',
-                'the parameters after training: larger',
             ),
         },
         'new_scaler_every_batch': {
@@ -5689,15 +5510,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the scaler used @ fp16_overflow',
             ),
             'sizes': (
-                'other_updates: larger',
                 'the first update of the parameters: larger',
                 'the gradient norms: larger',
                 'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
                 'the loss scale: larger',
                 'the number of optimizer steps: larger',
-                'the parameters after training: larger',
-                'the scaler used: larger',
             ),
         },
         'no_scaler_argument': {
@@ -5751,7 +5568,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters: larger',
                 'the gradient norms: larger',
                 'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
             ),
         },
         'ignores_the_given_scaler': {
@@ -5843,18 +5659,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the scaler used @ fp16_overflow',
             ),
             'sizes': (
-                'other_updates: larger',
                 'the first update of the parameters: larger',
                 'the gradient norms: larger',
-                'the gradient norms: smaller',
                 'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
                 'the loss scale: larger',
                 'the loss scale: smaller',
                 'the number of optimizer steps: larger',
-                'the number of optimizer steps: smaller',
-                'the parameters after training: larger',
-                'the scaler used: larger',
             ),
         },
         'update_once_after_the_loop': {
@@ -5911,7 +5721,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the first update of the parameters: larger',
                 'the gradient norms: larger',
                 'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
             ),
         },
         'never_zeroes_gradients': {
@@ -5971,11 +5780,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradient norms: larger',
-                'the largest gradient element and one-parameter gradient norm: larger',
-                'the largest gradient element and one-parameter gradient norm: smaller',
                 'the loss scale: smaller',
                 'the number of optimizer steps: smaller',
-                'the parameters after training: larger',
             ),
         },
         'forgets_train_mode': {
@@ -6014,7 +5820,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradient norms: smaller',
-                'the largest gradient element and one-parameter gradient norm: smaller',
             ),
         },
         'returns_nothing': {
@@ -6174,7 +5979,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradient at each optimizer step: larger',
-                'the parameters after training: larger',
                 'the returned loss: larger',
             ),
         },
@@ -6289,9 +6093,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss @ stale',
             ),
             'sizes': (
-                'the gradient at each optimizer step: smaller',
                 'the number of optimizer steps: larger',
-                'the parameters after training: larger',
             ),
         },
         'hard_coded_k': {
@@ -6344,11 +6146,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss @ k3',
             ),
             'sizes': (
-                'the gradient at each optimizer step: larger',
-                'the gradient at each optimizer step: smaller',
                 'the number of optimizer steps: smaller',
-                'the parameters after training: larger',
-                'the returned loss: larger',
             ),
         },
         'never_zeroes_after_step': {
@@ -6403,8 +6201,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss @ partial',
             ),
             'sizes': (
-                'the gradient at each optimizer step: larger',
-                'the parameters after training: larger',
                 'the returned loss: larger',
             ),
         },
@@ -6469,9 +6265,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss @ stale',
             ),
             'sizes': (
-                'the gradient at each optimizer step: larger',
-                'the gradient at each optimizer step: smaller',
-                'the number of optimizer steps: larger',
             ),
         },
         'zero_grad_every_batch': {
@@ -6532,7 +6325,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss @ stale',
             ),
             'sizes': (
-                'the gradient at each optimizer step: smaller',
             ),
         },
         'steps_each_leftover_batch': {
@@ -6562,7 +6354,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss @ partial',
             ),
             'sizes': (
-                'the number of optimizer steps: larger',
             ),
         },
         'returns_total_not_mean': {
@@ -6778,7 +6569,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss @ eval_dropout',
             ),
             'sizes': (
-                'the gradient at each optimizer step: smaller',
             ),
         },
         'no_initial_zero_grad': {
@@ -6807,8 +6597,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss @ stale',
             ),
             'sizes': (
-                'the gradient at each optimizer step: larger',
-                'the parameters after training: larger',
                 'the returned loss: larger',
             ),
         },
@@ -6884,7 +6672,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss @ stale',
             ),
             'sizes': (
-                'the number of optimizer steps: smaller',
             ),
         },
         'returns_a_constant': {
@@ -6972,10 +6759,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned loss @ stale',
             ),
             'sizes': (
-                'the number of graphs kept alive: smaller',
-                'the number of optimizer steps: smaller',
-                'the returned loss: larger',
-                'the returned loss: smaller',
             ),
         },
     },
@@ -7430,7 +7213,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned type @ world_1',
             ),
             'sizes': (
-                'the bytes per rank: smaller',
             ),
         },
         'returns_formatted_string': {
@@ -7603,7 +7385,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned type @ world_1',
             ),
             'sizes': (
-                'the bytes per rank: smaller',
             ),
         },
     },

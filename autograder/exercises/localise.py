@@ -334,7 +334,9 @@ def _summarise(spec, reference, findings, right, errors, right_at=None) -> Local
     raised = f"raised {errors[0][2].split(':', 1)[0][:40]}" if errors else ""
     short = "; ".join(([raised] if raised else []) + shorts[:3 - bool(raised)])
     places = tuple(sorted({f"{f.quantity} @ {f.scenario}" for f in everything}))
-    sizes = tuple(sorted({f"{f.quantity}: {f.size}" for f in everything if f.size}))
+    # a direction the calibration compares only where a ratio fits (a scale is systematic; a plain difference's
+    # direction changes with the data)
+    sizes = tuple(sorted({f"{f.quantity}: {f.size}" for f in everything if f.size and f.short[:1] in "×÷"}))
     return Localisation(tuple(wrong), right_only, crashed, short, tuple(by_quantity), tuple(follow), signs, places,
                         tuple(dict.fromkeys(e[0] for e in errors)), sizes)
 
