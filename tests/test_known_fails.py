@@ -1,6 +1,6 @@
 """autograder/exercises/known_fails.py is current: what each catalogued mistake's named variants do, regenerated
 from tests/variants, is covered by the record the diagnosis calibrates its confidence with (like ``generate --check``):
-every check recorded as always failed still fails, and nothing fails, goes wrong or shows a sign the record lacks."""
+nothing goes wrong, in a scenario, a kind or a direction the record lacks (what diagnosis.contradictions compares)."""
 import pytest
 from conftest import variant_modules
 from known_fails import covered, record, seen
