@@ -3,7 +3,10 @@ where and by how much, and never a confident cause that is not theirs.
 
 ``UNCATALOGUED`` is the development set: each entry is a student cell (run after the notebook's setup cell, like
 tests/variants/) with one mistake no catalogue lists, and phrases its localisation must contain. The engine is
-generic: it is not tuned to these cells, and a held-out set measures it.
+generic: it is not tuned to these cells, and a held-out set measures it. Round 2 adds, for each kind of failure
+the held-out set showed, cells of its own: ``LOOSE_MATCHES`` (a catalogue fingerprint partly present: never a
+confident cause), ``CRASHES`` (which scenarios raised, what they share), ``PATTERNS`` (where and which part is
+wrong) and ``SAME_EFFECT`` (a bug no observation tells from a catalogued one: that cause, worded for both).
 """
 import pytest
 from conftest import reference_observation, student_observation
