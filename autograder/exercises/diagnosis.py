@@ -213,8 +213,7 @@ SPECIAL = ("zeros", "not finite", "unchanged", "transposed", "shifted by one", "
 def contradictions(seen: list[dict], where: Localisation, timed: bool = False) -> list[str]:
     """What the localisation shows that the mistakes' record (``known_fails.py``, their named variants under every
     salt they are graded with) says they never do, or what they always get wrong that is right here. ``timed``: a
-    rank exercise, where a racing mistake's factor and direction vary with timing: they are not compared for a result
-    whose recorded kinds already differ from run to run."""
+    rank exercise, where a racing mistake's factor and direction vary with timing: they are not compared."""
     wrong = {q for s in seen for q in s["wrong"]}
     places = {p for s in seen for p in s.get("places", ())}
     kinds: dict[str, set[str]] = {}
@@ -236,7 +235,7 @@ def contradictions(seen: list[dict], where: Localisation, timed: bool = False) -
             continue
         if _category(kind) not in {_category(k) for k in recorded}:
             out.append(sign)  # zeros where the mistake gives a plain difference, NaN where it gives finite values
-        elif timed and len(recorded) > 1:  # its variants' runs already differ: a race, not a fixed factor
+        elif timed:  # ranks: a racing mistake's factor varies from run to run (measured: BucketedDDP, MiniFSDP)
             continue
         elif _named(kind) and not any(_named(k) for k in recorded):
             out.append(sign)  # an exact named factor where the mistake's difference is no factor at all
@@ -252,7 +251,7 @@ def contradictions(seen: list[dict], where: Localisation, timed: bool = False) -
         quantity, _, way = size.rpartition(": ")
         mine.setdefault(quantity, set()).add(way)
     out += [f"{q}: {'/'.join(sorted(ways))}" for q, ways in sorted(mine.items())  # only smaller where it makes it larger
-            if q in sizes and not ways & sizes[q] and not (timed and len(kinds.get(q, ())) > 1)]
+            if q in sizes and not ways & sizes[q] and not timed]
     certain = {q for s in seen for q in s.get("certain", ())}  # wrong first in every run of its variants
     out += [f"{q}: right" for q in sorted(certain & set(where.right))]
     return out
