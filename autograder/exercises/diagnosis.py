@@ -181,7 +181,7 @@ def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[C
         return Diagnosis("unknown", (), tuple(failed), lines, short)
     record = known(exercise)
     fits = [cause for mistake, cause in kept if holds(mistake, parsed, reference)]
-    if not fits or not fits_completely(fits, record, failed, where):
+    if not fits or not fits_completely(fits, record, failed, where, bool(getattr(exercise, "ranks", False))):
         # the signs are there, but the evidence does not fit completely: something the mistake needs to be right
         # is not, or a failure or wrong result the causes do not account for
         return Diagnosis("consistent", tuple(cause for _, cause in kept), tuple(failed), lines, short)
@@ -189,33 +189,80 @@ def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[C
     return Diagnosis("cause", tuple(fits), (), lines, short)
 
 
-# Off: the record (known_fails.py) is made from the named variants under the test suite's salts, and in one CI run
-# it demoted real catalogued mistakes: a style of `returns_a_constant` unlike its variant, `clips_before_unscaling`
-# under class grading's own salt, BucketedDDP's variants whose factors vary with timing. Until the record describes a
-# mistake rather than its variants' runs, a cause is confident when its fingerprint matches, what it needs to be right
-# is right (Mistake.requires) and it explains every failed check.
-CALIBRATE_BY_RECORD = False
-
-
-def fits_completely(causes: list[Cause], record: dict, failed: list[str], where: Localisation | None) -> bool:
-    """The causes account for all the evidence: every failed check is one they explain, and, where the variant suites
-    recorded what these mistakes do (``known_fails.py``), one their variants fail, and every result the localisation
-    finds wrong is one their variants get wrong. Another bug that happens to match a fingerprint fails elsewhere."""
+def fits_completely(causes: list[Cause], record: dict, failed: list[str], where: Localisation | None,
+                    timed: bool = False) -> bool:
+    """The causes account for all the evidence: every failed check is one they explain, and nothing in the
+    localisation contradicts what these mistakes do (``contradictions``). Another bug that happens to match a
+    fingerprint (which ranks come out right, the norms above max_norm) differs somewhere else."""
     if any(t not in {e for cause in causes for e in cause.explains} for t in failed):
         return False
-    if not CALIBRATE_BY_RECORD:
-        return True
     seen = [record.get(cause.id) for cause in causes]
-    if not all(seen):  # no record for a cause: its explained checks are all there is to go on
+    if not all(seen) or where is None:  # no record for a cause: its explained checks are all there is to go on
         return True
-    # Which checks fail, which results go wrong and how (a named factor, zeros): not the checks a variant "always"
-    # fails, since another held-out salt (class grading's) may let one of them pass.
-    may = {t for s in seen for t in s["may"]}
+    return not contradictions(seen, where, timed)
+
+
+# What a mistake does, both ways, in terms that hold under any salt and any timing of the ranks: which results it
+# makes wrong (and so which stay right), in which scenarios (a setting where it changes nothing stays right), and
+# of what kind (zeros, not finite, a crash, an exact named factor or a plain difference) -- never which checks fail,
+# nor which factor a race happens to show.
+SPECIAL = ("zeros", "not finite", "unchanged", "transposed", "shifted by one", "missing", "of another length",
+           "not numbers")
+
+
+def contradictions(seen: list[dict], where: Localisation, timed: bool = False) -> list[str]:
+    """What the localisation shows that the mistakes' record (``known_fails.py``, their named variants under every
+    salt they are graded with) says they never do, or what they always get wrong that is right here. ``timed``: a
+    rank exercise, where a racing mistake's factor and direction vary with timing: they are not compared."""
     wrong = {q for s in seen for q in s["wrong"]}
-    found = set(where.wrong_quantities) | set(where.follow) if where else set()
-    signs = {q for s in seen for q in s.get("signs", ())} if all("signs" in s for s in seen) else None
-    return (set(failed) <= may and found <= wrong
-            and (signs is None or set(where.signs if where else ()) <= signs))
+    places = {p for s in seen for p in s.get("places", ())}
+    kinds: dict[str, set[str]] = {}
+    for s in seen:
+        for sign in s.get("signs", ()):
+            quantity, _, kind = sign.rpartition(": ")
+            kinds.setdefault(quantity, set()).add(kind)
+    found = set(where.wrong_quantities) | set(where.follow)
+    out = [f"{q}: wrong" for q in sorted(found - wrong)]  # a result the mistake leaves right
+    scenarios = {p.split(" @ ")[-1] for p in places}
+    if scenarios:  # wrong in a scenario where the mistake changes nothing at all
+        out += sorted({p.split(" @ ")[-1] for p in where.places} - scenarios)
+    if where.crashed and not any("raised" in s.get("signs", ()) for s in seen):
+        out.append("raised")
+    for sign in where.signs:
+        quantity, _, kind = sign.rpartition(": ")
+        recorded = kinds.get(quantity)
+        if sign == "raised" or not recorded:
+            continue
+        if _category(kind) not in {_category(k) for k in recorded}:
+            out.append(sign)  # zeros where the mistake gives a plain difference, NaN where it gives finite values
+        elif timed:  # ranks: a racing mistake's factor varies from run to run (measured: BucketedDDP, MiniFSDP)
+            continue
+        elif _named(kind) and not any(_named(k) for k in recorded):
+            out.append(sign)  # an exact named factor where the mistake's difference is no factor at all
+        elif kind == "off" and all(_named(k) for k in recorded):
+            out.append(sign)  # no factor where the mistake always gives one
+    sizes: dict[str, set[str]] = {}
+    for s in seen:
+        for size in s.get("sizes", ()):
+            quantity, _, way = size.rpartition(": ")
+            sizes.setdefault(quantity, set()).add(way)
+    mine: dict[str, set[str]] = {}
+    for size in where.sizes:
+        quantity, _, way = size.rpartition(": ")
+        mine.setdefault(quantity, set()).add(way)
+    out += [f"{q}: {'/'.join(sorted(ways))}" for q, ways in sorted(mine.items())  # only smaller where it makes it larger
+            if q in sizes and not ways & sizes[q] and not timed]
+    certain = {q for s in seen for q in s.get("certain", ())}  # wrong first in every run of its variants
+    out += [f"{q}: right" for q in sorted(certain & set(where.right))]
+    return out
+
+
+def _category(kind: str) -> str:
+    return kind if kind in SPECIAL else "value"
+
+
+def _named(kind: str) -> bool:
+    return kind.startswith(("×", "÷", "+", "−")) and kind != "off"
 
 
 def known(exercise: Exercise) -> dict[str, dict[str, tuple[str, ...]]]:

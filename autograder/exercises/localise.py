@@ -46,6 +46,7 @@ class Finding:
     pattern: str        # "√d times too large", "zeros", "off by about 30 %"
     short: str          # "×√d", "zeros", "off"
     order: int | None = None  # the index along a time-ordered list (step, call), when it sits in one
+    size: str = ""            # "larger" or "smaller" (by its magnitude) than the right value, when clearly one
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,9 @@ class Localisation:
     wrong_quantities: tuple[str, ...] = ()
     follow: tuple[str, ...] = ()      # wrong only after the first wrong step: consequences, not where it goes wrong
     signs: tuple[str, ...] = ()       # "dk: ×√d", "o: off", "raised": every kind of wrongness seen, to compare
+    places: tuple[str, ...] = ()      # "dk @ causal": each quantity wrong in each scenario (the calibration's)
+    raised_in: tuple[str, ...] = ()   # the scenarios that raised
+    sizes: tuple[str, ...] = ()       # "dk: larger": each wrong quantity larger or smaller than it should be
 
     def lines(self) -> list[str]:
         out = ([self.crashed] if self.crashed else []) + list(self.wrong)
@@ -74,7 +78,7 @@ class Localisation:
 
 def localise(spec: Locate, student: dict, reference: dict) -> Localisation:
     """Compare the parsed student observation with the reference's, scenario by scenario (see the module)."""
-    findings, right, errors = [], set(), []
+    findings, right, errors, right_at = [], set(), [], {}
     for key, ref in reference.get("scenarios", {}).items():
         got = student.get("scenarios", {}).get(key)
         if not isinstance(ref, dict) or "error" in ref:
@@ -94,9 +98,11 @@ def localise(spec: Locate, student: dict, reference: dict) -> Localisation:
             name = _quantity(spec, path)
             if verdict is None:
                 right.add(name)
+                right_at.setdefault(name, set()).add(_where(spec, path))
             else:
-                findings.append(Finding(name, key, _where(spec, path), *verdict, order=_order(spec, path)))
-    return _summarise(spec, reference, findings, right, errors)
+                findings.append(Finding(name, key, _where(spec, path), *verdict, order=_order(spec, path),
+                                        size=_size(want, have)))
+    return _summarise(spec, reference, findings, right, errors, right_at)
 
 
 def _safe_factors(spec: Locate, case: dict) -> dict[str, float]:
@@ -208,6 +214,8 @@ def _compare(want, have, before, factors, rtol) -> tuple[str, str] | None:
         if named:
             return named
         if abs(ratio) > 1e-6 and abs(ratio - 1) > 0.1:
+            if 0 < ratio < 1:  # "4 times too small" reads better than "0.25 times the right value"
+                return f"about {1 / ratio:.2g} times too small (no factor of the exercise)", f"÷{1 / ratio:.2g}"
             return f"{ratio:.2g} times the right value", f"×{ratio:.2g}"
     for shift in (1, -1):
         if len(want) > 2 and _close(have[max(shift, 0):len(have) + min(shift, 0)],
@@ -219,7 +227,18 @@ def _compare(want, have, before, factors, rtol) -> tuple[str, str] | None:
     off = max(abs(h - w) for h, w in zip(have, want)) / scale
     size = (f"off by about {off:.1%}" if off < 0.1 else f"off by about {off:.0%}" if off < 10
             else f"off by about {off:.0f} times its size")
-    return (f"{size} (relative to its largest value){at}" if len(want) > 1 else size), "off"
+    return (f"{size} (relative to its largest value){at}{_part(have, want, rtol, scale)}" if len(want) > 1
+            else size), "off"
+
+
+def _part(have, want, rtol, scale) -> str:
+    """Which of a vector's values are wrong, when only some are: a block, or every other one, is a pattern."""
+    bad = [i for i, (h, w) in enumerate(zip(have, want)) if abs(h - w) > rtol * scale]
+    if len(bad) > 0.75 * len(want):  # nearly all wrong: not a pattern
+        return ""
+    block = bad[-1] - bad[0] + 1 == len(bad)
+    span = f", elements {bad[0] + 1} to {bad[-1] + 1}" if block and len(bad) > 1 else ""
+    return f"; only {len(bad)} of its {len(want)} values are wrong{span}, the others right"
 
 
 def _close(a, b, rtol, scale) -> bool:
@@ -273,16 +292,10 @@ def _scenario(reference: dict, key: str) -> str:
     return what if isinstance(what, str) else key
 
 
-def _summarise(spec, reference, findings, right, errors) -> Localisation:
-    crashed = ""
-    if errors:
-        key, where, error = errors[0]
-        also = len({e[0] for e in errors}) - 1
-        first = error.strip().split(".  ")[0][:160].rstrip(".")
-        crashed = (f"Your function raised {first} when {_scenario(reference, key)}"
-                   + (f" (on {where})" if where else "")
-                   + (f"; {also} other scenario{'s' if also != 1 else ''} failed too." if also else "."))
+def _summarise(spec, reference, findings, right, errors, right_at=None) -> Localisation:
+    crashed = _crashed(reference, errors) if errors else ""
     signs = tuple(sorted({f"{f.quantity}: {_kind(f.short)}" for f in findings} | ({"raised"} if errors else set())))
+    everything = findings
     findings, follow = _first_wrong(findings)
     by_quantity: dict[str, list[Finding]] = {}
     for f in findings:
@@ -302,20 +315,30 @@ def _summarise(spec, reference, findings, right, errors) -> Localisation:
         main = max(patterns, key=weight)
         keys = [k for k in scenarios if any(f.scenario == k for f in found)]
         where = _first_place(found)
+        fine = _right_places(found, (right_at or {}).get(quantity, set()))
         everywhere = quantity not in right and len(keys) > 1
         place = ("in every scenario" if everywhere else f"when {_scenario(reference, keys[0])}"
                  + (f" (and in {len(keys) - 1} more scenario{'s' if len(keys) > 2 else ''})" if len(keys) > 1 else ""))
         others = [p for p in patterns if p != main]
+        ways = {f.size for f in found if f.short == "off"}
+        said = main
+        if patterns[main].short == "off" and len(ways) == 1 and "" not in ways:  # a direction is a pattern too
+            said += f", too {'large' if ways == {'larger'} else 'small'} in size wherever it is wrong"
         wrong.append((_telling(patterns[main].short), f"{quantity}: wrong {place}"
-                      f"{', first at ' + where if where else ''}: {main}"
-                      + (f" (elsewhere: {others[0]})" if others else "") + "."))
+                      f"{', first at ' + where if where else ''}: {said}"
+                      + (f" (elsewhere: {others[0]})" if others else "") + (f"; right {fine}" if fine else "") + "."))
         shorts.append((_telling(patterns[main].short), f"{quantity} {patterns[main].short}"))
     right_only = tuple(sorted(q for q in right if q not in by_quantity and q not in follow))
     wrong = [w for _, w in sorted(wrong, key=lambda x: x[0])]  # a named factor or pattern says most: first
     shorts = [w for _, w in sorted(shorts, key=lambda x: x[0])]
     raised = f"raised {errors[0][2].split(':', 1)[0][:40]}" if errors else ""
     short = "; ".join(([raised] if raised else []) + shorts[:3 - bool(raised)])
-    return Localisation(tuple(wrong), right_only, crashed, short, tuple(by_quantity), tuple(follow), signs)
+    places = tuple(sorted({f"{f.quantity} @ {f.scenario}" for f in everything}))
+    # a direction the calibration compares only where a ratio fits (a scale is systematic; a plain difference's
+    # direction changes with the data)
+    sizes = tuple(sorted({f"{f.quantity}: {f.size}" for f in everything if f.size and f.short[:1] in "×÷"}))
+    return Localisation(tuple(wrong), right_only, crashed, short, tuple(by_quantity), tuple(follow), signs, places,
+                        tuple(dict.fromkeys(e[0] for e in errors)), sizes)
 
 
 def _kind(short: str) -> str:
@@ -323,7 +346,7 @@ def _kind(short: str) -> str:
     "differs at step 3" -> "differs"; named factors ("×√d", "÷world_size") and words ("zeros") stay."""
     if short.startswith("differs"):
         return "differs"
-    return "off" if short.startswith("×") and short[1:2] in "0123456789-" else short
+    return "off" if short.startswith(("×", "÷")) and short[1:2] in "0123456789-" else short
 
 
 def _first_wrong(findings: list[Finding]) -> tuple[list[Finding], list[str]]:
@@ -359,3 +382,102 @@ def _place_key(where: str) -> list[tuple]:
     return [(0, int(w), "") if w.isdigit() else (1, 0, w) for part in where.split(", ") for w in part.split()]
 
 
+
+
+def _right_places(found: list[Finding], right_places: set[str]) -> str:
+    """Along each kind of position (rank, parameter, step...), the ones where a partly wrong quantity is right
+    everywhere: "right on parameter 1 and 3 (wrong on parameter 2 and 4)", "right on rank 0 (wrong on rank 1)" --
+    weights right but biases not, one rank right."""
+    earliest = min((f.order for f in found if f.order is not None), default=None)
+    first = [f for f in found if f.order == earliest]
+    time = {part for f in first for part in f.where.split(", ") if part.split(" ")[0] in TIME_WORDS}
+    if earliest is not None and time:  # at the first wrong step or call: later ones differ as a consequence
+        found, right_places = first, {w for w in right_places if time <= set(w.split(", "))}
+    wrong, right = _by_dimension(f.where for f in found), _by_dimension(right_places)
+    out = []
+    for word, bad in wrong.items():
+        good = sorted(right.get(word, set()) - bad, key=_number)
+        if good:
+            out.append(f"on {word} {_listed(good)} (wrong on {word} {_listed(sorted(bad, key=_number))})")
+    return "; ".join(out[:2])
+
+
+def _by_dimension(places) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for where in places:
+        for part in (where or "").split(", "):
+            word, _, index = part.rpartition(" ")
+            if word and index:
+                out.setdefault(word, set()).add(index)
+    return out
+
+
+def _number(index: str) -> tuple:
+    return (0, int(index), "") if index.isdigit() else (1, 0, index)
+
+
+def _listed(items: list[str]) -> str:
+    shown = items[:4] + ([f"{len(items) - 4} more"] if len(items) > 4 else [])
+    return ", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else shown[0]
+
+
+TIME_WORDS = ("step", "call")
+
+
+CASE_SKIP = ("what", "seed", "model_seed", "data_seed", "lead")
+
+
+def _crashed(reference: dict, errors: list[tuple[str, str, str]]) -> str:
+    """The crash, once: the student's exception, where (a rank, a step), which scenarios raised and which did not,
+    and what the raising ones have in common ("only when stage=3", "only with world_size=3")."""
+    scenarios = {k: v for k, v in reference.get("scenarios", {}).items() if isinstance(v, dict) and "error" not in v}
+    key, where, error = errors[0]
+    first = error.strip().split(".  ")[0].split("\n")[0][:160].rstrip(".")
+    raised = list(dict.fromkeys(e[0] for e in errors))
+    ran = [k for k in scenarios if k not in raised]
+    line = f"Your function raised {first} when {_scenario(reference, key)}" + (f" (on {where})" if where else "")
+    others = sorted({e[2].strip().split(":", 1)[0][:40] for e in errors} - {first.split(":", 1)[0]})
+    positions = {e[1] for e in errors}
+    same_place = f", each time on {where}" if len(positions) == 1 and where and len(errors) > 1 else ""
+    if not ran:
+        line += f"; it raised in every scenario ({len(raised)}){same_place}" if len(raised) > 1 else ""
+    else:
+        common = _in_common(scenarios, raised, ran) if not same_place else ""
+        line += (f"; it raised in {len(raised)} of {len(scenarios)} scenarios{same_place}"
+                 + (f", only {common}" if common else "")
+                 + f"; it ran without raising when {_scenario(reference, ran[0])}"
+                 + (f" and in {len(ran) - 1} more" if len(ran) > 1 else ""))
+    wheres = sorted({e[1] for e in errors if e[1]}, key=_place_key)
+    if len(wheres) > 1:
+        line += f"; it raised on {', '.join(wheres[:4])}"
+    return line + (f" (elsewhere also {', '.join(others)})" if others else "") + "."
+
+
+def _in_common(scenarios: dict, raised: list[str], ran: list[str]) -> str:
+    """A setting every raising scenario has and no scenario that ran has: "when world_size=3"."""
+    def value(key, name):
+        v = scenarios[key].get("case", {}).get(name)
+        return v if isinstance(v, (str, int, float, bool)) or v is None else repr(v)
+
+    names = [n for n in scenarios[raised[0]].get("case", {}) if n not in CASE_SKIP and "seed" not in n]
+    for name in names:
+        values = {value(k, name) for k in raised}
+        if len(values) == 1 and not values & {value(k, name) for k in ran}:
+            v = values.pop()
+            return f"when {name}={v}" if not isinstance(v, bool) else f"when {name} is {v}"
+    for name in names:  # never with the value every scenario that ran has
+        values = {value(k, name) for k in ran}
+        if len(values) == 1 and not values & {value(k, name) for k in raised}:
+            return f"when {name} is not {values.pop()}"
+    return ""
+
+
+def _size(want, have) -> str:
+    """"larger" or "smaller" when the value's magnitude clearly is (by 5 %), else "": a mistake's direction (a
+    norm clipped too hard is smaller, never clipped larger) holds whatever the data."""
+    if isinstance(want, Real) and isinstance(have, Real):
+        want, have = [want], [have]
+    if not (_numbers(want) and _numbers(have)) or len(want) != len(have) or not all(math.isfinite(h) for h in have):
+        return ""
+    a, b = sum(abs(h) for h in have), sum(abs(w) for w in want)
+    return "larger" if a > 1.05 * b else "smaller" if a < 0.95 * b else ""

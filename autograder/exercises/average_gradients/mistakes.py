@@ -92,6 +92,14 @@ def reduces_to_rank_zero(student, reference):
     return None
 
 
+def others_hold_no_sum(student, reference) -> bool:
+    """dist.reduce leaves the other ranks without the sum: ranks holding exactly world_size × the average summed
+    with all_reduce and divided on rank 0 only (another mistake, with the same rank 0)."""
+    before, after, mean = _first_call(student, "two_ranks")
+    n = len(before)
+    return not all(_near(a, [n * m for m in mean]) for a in after[1:])
+
+
 def _grads_unchanged(student) -> bool:
     before, after, mean = _first_call(student, "two_ranks")
     return all(_near(a, b) for a, b in zip(after, before)) and not _near(before[0], mean)
@@ -173,7 +181,8 @@ MISTAKES = [
             "Use dist.all_reduce and divide by the world size.", broadcasts_rank_zero),
     Mistake("reduces_to_rank_zero", "You use dist.reduce, which leaves the result on rank 0 only.",
             "The other ranks keep their own gradients, so their parameters drift apart.",
-            "Use dist.all_reduce, which leaves the sum on every rank.", reduces_to_rank_zero),
+            "Use dist.all_reduce, which leaves the sum on every rank.", reduces_to_rank_zero,
+            requires=others_hold_no_sum),
     Mistake("grads_unchanged", "Your function leaves every rank's .grad as it was.",
             "Averaging a copy (or nothing) leaves the gradients the optimizer reads untouched.",
             "All-reduce each p.grad in place (or copy the result back into it) and divide by the world size.",

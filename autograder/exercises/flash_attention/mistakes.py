@@ -83,8 +83,11 @@ def L_saved_as_max_only(student, reference):  # noqa: N802 (the variant's name)
 
 
 def every_gradient_wrong(student, reference) -> bool:
-    """An unnormalised P spoils dv as well as dq and dk."""
-    return not _right(student, reference, "plain", "dk") and not _right(student, reference, "plain", "dv")
+    """An unnormalised P spoils dv as well as dq and dk, and, L being too small by log l ≥ 0, makes every row of P
+    (so dv = Pᵀ dO) larger, never smaller: a finite dv larger in size than attention's."""
+    got, want = ran(student, "plain")["dv"], reference["scenarios"]["plain"]["truth"]["dv"]
+    return (not _right(student, reference, "plain", "dk") and not _right(student, reference, "plain", "dv")
+            and _finite(got) and sum(abs(x) for x in got) > sum(abs(x) for x in want))
 
 
 def dv_right(student, reference) -> bool:

@@ -178,6 +178,18 @@ def never_clips(student, reference):
     return None
 
 
+def nothing_clipped(student, reference) -> bool:
+    """Never clipping leaves every part of the gradient as large as it came: some element and some one parameter's
+    norm above max_norm too (a clip by value, or per parameter, bounds those), and the first step's norm, from the
+    same weights and batch as the reference's, at least the clipped one in every scenario (a smaller clip is not
+    'never')."""
+    parts, max_norm = _raw(student, "fp16_clipped")["step_grad_parts"], reference["scenarios"]["fp16_clipped"]["case"]["max_norm"]
+    firsts = [(_raw(student, k)["step_grad_norms"][0], v["step_grad_norms"][0])
+              for k, v in reference["scenarios"].items() if v.get("step_grad_norms")]
+    return (max(p[0] for p in parts) > max_norm and max(p[1] for p in parts) > max_norm
+            and all(got >= 0.999 * want for got, want in firsts))
+
+
 def no_max_norm_argument(student, reference):
     error = _error(student, "fp16_clipped")
     if "unexpected keyword argument" in error and "max_norm" in error:
@@ -199,7 +211,7 @@ MISTAKES = [
             clips_before_unscaling, variants=("clips_before_unscaling_then_unscales",)),
     Mistake("never_clips", "You never clip the gradient norm.", "max_norm bounds each step's gradient norm.",
             "After unscaling through the scaler, clip the gradient norm of all parameters to max_norm (clip_grad_norm_).",
-            never_clips),
+            never_clips, requires=nothing_clipped),
     Mistake("no_max_norm_argument", "Your function has no max_norm parameter.",
             "The contract's signature takes max_norm (default 1.0) and clips to it.",
             "Add max_norm=1.0 to the parameters and clip to it.", no_max_norm_argument,
@@ -274,11 +286,14 @@ MISTAKES = [
 
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
 LOCATE = Locate(names={"params": "the parameters after training", "first_update": "the first update of the parameters",
-                       "step_grad_norms": "the gradient norms", "steps": "the number of optimizer steps",
+                       "step_grad_norms": "the gradient norms",
+                       "step_grad_parts": "the largest gradient element and one-parameter gradient norm",
+                       "steps": "the number of optimizer steps",
                        "updates": "{}", "scale": "the loss scale", "scaler": "the scaler used",
                        "enabled": "the scaler being enabled",
                        "training": "the model's training mode", "dropout_active": "dropout being active",
                        "activation_dtypes": "the activations' dtypes", "param_dtypes": "the parameters' dtypes",
                        "returned_model": "the returned model", "returned_type": "the returned type",
                        "stale_grads_at_backward": "stale gradients at backward", "given_scales": "the given scaler's scales"},
+                positions={"step_grad_parts": "step {n}"}, by_position=(*Locate().by_position, "step_grad_parts"),
                 factors=lambda case: {"the number of batches": case["n_batches"]})

@@ -75,11 +75,12 @@ class WatchedCriterion:
 def run_problem(fn, case: dict) -> dict:
     model, loader, optimizer = make_problem(seed=case["seed"], device=case["device"], n_batches=case["n_batches"],
                                             dropout=case["dropout"], outlier_batch=case["outlier_batch"])
-    steps, norms = [], []  # a pre-hook sees only real steps: GradScaler.step skips optimizer.step on inf/NaN
+    steps, norms, parts = [], [], []  # a pre-hook sees only real steps: GradScaler.step skips optimizer.step on inf/NaN
 
     def before_step(opt, args, kwargs):  # returns None: a value would replace the step's arguments
         steps.append(1)
         norms.append(grad_norm(model))
+        parts.append(grad_parts(model))
 
     optimizer.register_step_pre_hook(before_step)
     initial, after_first_step = params_data(model), []
@@ -109,6 +110,9 @@ def run_problem(fn, case: dict) -> dict:
         "param_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
         "steps": len(steps),
         "step_grad_norms": [float(f"{n:.6g}") for n in norms],  # the gradient norm each real step used
+        # each step's largest gradient element and largest one-parameter norm: what a clip by value or per parameter
+        # bounds, and an unclipped gradient does not (the diagnosis's words only)
+        "step_grad_parts": parts,
         "stale_grads_at_backward": criterion.stale,
         "params": params_data(model),
         "first_update": [a - b for a, b in zip(after_first_step[0], initial)] if after_first_step else [],
@@ -120,6 +124,13 @@ def grad_norm(model) -> float:
     """The norm of all gradients together, as clip_grad_norm_ computes it."""
     grads = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
     return float(torch.stack(grads).norm()) if grads else 0.0
+
+
+def grad_parts(model) -> list[float]:
+    """[largest |element|, largest one-parameter norm] of the gradients."""
+    grads = [p.grad.detach().float() for p in model.parameters() if p.grad is not None]
+    return [float(f"{max(float(g.abs().max()) for g in grads):.6g}"),
+            float(f"{max(float(g.norm()) for g in grads):.6g}")] if grads else [0.0, 0.0]
 
 
 def run_with_given_scaler(fn, case: dict) -> dict:

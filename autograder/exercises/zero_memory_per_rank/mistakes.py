@@ -117,7 +117,8 @@ MISTAKES = [
     Mistake("stage1_shards_everything_but_weights", "Your stage 1 shards gradients and optimizer state.",
             "That is stage 2 (P_os+g); stage 1 partitions only the optimizer state.",
             "Divide only the optimizer state (k) by the world size for stage 1.", _shards(1, (1, 2))),
-    Mistake("stage2_shards_weights_not_gradients", "Your stage 2 shards the weights and the optimizer state.",
+    Mistake("stage2_shards_weights_not_gradients", "Your stage 2 divides the weights' bytes by the world size where "
+            "the gradients' belong (in its formula, or w and g are swapped where you unpack bytes_per_param).",
             "Stage 2 (P_os+g) partitions the gradients and the optimizer state; the weights stay whole until stage 3.",
             "Divide gradients and optimizer state (g + k), not the weights, for stage 2.", _shards(2, (0, 2))),
     Mistake("stage3_keeps_weights", "Your stage 3 keeps the weights whole.",
@@ -163,4 +164,4 @@ MISTAKES = [
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
 LOCATE = Locate(names={"value": "the bytes per rank", "type": "the returned type", "value_error": "raising ValueError"},
                 positions={"calls": "stage {i}"}, ignore=("text",),
-                factors=lambda case: {"world_size": case["world_size"]})
+                factors=lambda case: {"world_size": case["world_size"], "4 (bytes per float32)": 4})
