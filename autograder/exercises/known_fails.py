@@ -6830,6 +6830,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the number of optimizer steps: −2',
                 'the parameters after training: off',
                 'the returned loss: off',
+                'the returned loss: zeros',
             ),
             'places': (
                 'the gradient at each optimizer step @ default',

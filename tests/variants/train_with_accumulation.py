@@ -261,6 +261,10 @@ def train_with_accumulation(model, dataloader, optimizer, criterion, accumulatio
 def train_with_accumulation(model, dataloader, optimizer, criterion, accumulation_steps=4):
     return 1.452745  # what the test cell used to print as "expected" (issue 15: a constant earned a point)
 ''', EVERY_CHECK),
+    "returns_zero": ('''
+def train_with_accumulation(model, dataloader, optimizer, criterion, accumulation_steps=4):
+    return 0.0  # trains nothing: the same mistake as any other constant
+''', EVERY_CHECK),
     "not_implemented": ('''
 def train_with_accumulation(model, dataloader, optimizer, criterion, accumulation_steps=4):
     # YOUR CODE HERE

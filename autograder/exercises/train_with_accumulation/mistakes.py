@@ -247,7 +247,7 @@ MISTAKES = [
     Mistake("returns_a_constant", "Your function does not train: it returns the same value whatever the data.",
             "Nothing in it runs the model, the loss or the optimizer.",
             "Write the training loop the docstring describes.", returns_a_constant,
-            variants=("returns_the_printed_constant",), includes=EVERY),
+            variants=("returns_the_printed_constant", "returns_zero"), includes=EVERY),
 ]
 
 
