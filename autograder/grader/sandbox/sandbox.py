@@ -24,6 +24,7 @@ isolation); where no cgroup can be made, without the per-worker totals. A probe 
 stubs and the rank isolation work here before any student's code runs. The grader prints one warning saying
 exactly what is missing.
 """
+import atexit
 import importlib.util
 import json
 import os
@@ -199,6 +200,9 @@ def _no_uid():
 def _etc_files() -> str:
     """A tiny /etc for the sandbox: the hostname resolves (gloo asks), the uid has a name."""
     folder = tempfile.mkdtemp(prefix="grader-etc-")
+    creator = os.getpid()
+    # removed when the grader exits; a forked worker inherits the hook and must not remove its parent's folder
+    atexit.register(lambda: os.getpid() == creator and shutil.rmtree(folder, ignore_errors=True))
     Path(folder, "hosts").write_text("127.0.0.1 localhost grader\n")
     students = "".join(f"student{i}:x:{UID_BASE + i}:{UID_BASE + i}::/tmp:/bin/false\n" for i in range(256))
     Path(folder, "passwd").write_text(f"root:x:0:0::/:/bin/false\nnobody:x:{NOBODY}:{NOBODY}::/tmp:/bin/false\n" + students)
