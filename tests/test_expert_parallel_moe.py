@@ -48,9 +48,9 @@ def test_reference_is_the_dense_moe_and_uses_all_to_all_only(salt):
 
 def test_the_traffic_scenario_is_the_tokens_all_to_all():
     """The reference's bytes on the loopback are its tokens' all-to-alls (each token that leaves its rank, four times:
-    dispatch and combine, forward and backward), within a few percent. The thriftiest gather (every token to every
+    dispatch and combine, forward and backward), within 10 %. The thriftiest gather (every token to every
     rank, the outputs back by reduce-scatter, the same in the backward) sends about N times that: the threshold,
-    TRAFFIC_RATIO, lies halfway (geometrically) between them."""
+    TRAFFIC_RATIO, lies halfway (geometrically) between them; moving the experts instead of the tokens far beyond."""
     ref = reference_observation(EX)
     c = ref["scenarios"]["traffic"]["case"]
     router, _ = observe.make_layers(c)
@@ -61,9 +61,13 @@ def test_the_traffic_scenario_is_the_tokens_all_to_all():
         leaving += int((router(x).argmax(-1) // per_rank != rank).sum())
     all_to_alls = 4 * leaving * c["d"] * 4
     sent = ref["scenarios"]["traffic"]["meter"]["lo_bytes"]
-    assert all_to_alls <= sent < 1.05 * all_to_alls, (sent, all_to_alls)
+    assert all_to_alls <= sent < 1.1 * all_to_alls, (sent, all_to_alls)  # + counts, the store, TCP headers
     gather = 4 * (c["world_size"] - 1) * sum(c["tokens"]) * c["d"] * 4
     assert gather > 1.9 * cases.TRAFFIC_RATIO * sent, (gather, sent)
+    # issue 37: moving each expert to every rank (and its gradient back) instead of the tokens costs far more still
+    expert_bytes = (2 * c["d"] * c["hidden"] + c["hidden"] + c["d"]) * 4
+    moving_experts = 2 * c["world_size"] * (c["world_size"] - 1) * expert_bytes
+    assert moving_experts > 10 * cases.TRAFFIC_RATIO * sent, (moving_experts, sent)
 
 
 def test_the_skewed_scenario_leaves_the_last_rank_idle():

@@ -84,6 +84,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients after backward @ overlap',
             ),
             'sizes': (
+                'the gradients after backward: larger',
                 'the gradients after backward: smaller',
             ),
         },
@@ -358,6 +359,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'hooks_on_frozen_parameters': {
@@ -409,6 +411,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training @ special',
             ),
             'sizes': (
+                'the gradients after backward: larger',
             ),
         },
         'waits_forever_for_unused_parameter': {
@@ -433,6 +436,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'rank_dependent_bucket_order': {

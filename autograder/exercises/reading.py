@@ -225,6 +225,15 @@ def measured_privately(*meters) -> bool:
     return all(isinstance(m, dict) and m.get("private_network") is True for m in meters)
 
 
+def sent_beyond(student_meter: dict, reference_meter: dict) -> int | None:
+    """How many bytes more than the reference's the student's ranks sent on their loopback (negative: fewer), when
+    both were measured on a private loopback (the grader's sandbox); else None."""
+    mine, theirs = student_meter.get("lo_bytes"), reference_meter.get("lo_bytes")
+    if not (measured_privately(student_meter, reference_meter) and isinstance(mine, int) and isinstance(theirs, int)):
+        return None
+    return mine - theirs
+
+
 def sent_too_much(student_meter: dict, reference_meter: dict, factor: float) -> float | None:
     """How many times the reference's loopback bytes the student's ranks sent, when that is more than ``factor``
     and both were measured on a private loopback (the grader's sandbox); else None."""

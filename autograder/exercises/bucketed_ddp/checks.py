@@ -9,10 +9,10 @@ from ..reading import (
     parallel,
     rank_results,
     scale_factor,
-    sent_too_much,
+    sent_beyond,
     what,
 )
-from .cases import GRAD_ATOL, LAYERS, PARAM_ATOL
+from .cases import GRAD_ATOL, LAYERS, PARAM_ATOL, SPARE_BUCKETS
 
 FORBIDDEN = ("Your BucketedDDP builds torch's DistributedDataParallel: this exercise asks you to write the buckets, "
              "hooks and all-reduces yourself (see the lesson), so it earns no points.")
@@ -171,8 +171,9 @@ def normalised(grads: list, meter: dict) -> list:
 def check_overlap(student, reference):
     """Overlap, measured from outside the ranks (meter.py, OverlapGates): held at a gate, rank 0 went on computing
     while its peers were stopped, and a bucket's all-reduce sent its bytes while rank 0 was stopped before its next
-    layer; the ranks' gradients show they really went through the gates; and they sent no more than about the
-    reference's bytes (so that bytes sent for show cannot stand in for the all-reduces)."""
+    layer; the ranks' gradients show they really went through the gates; and they sent less than half a bucket more
+    than the reference's bytes, every one of which the method needs (cases.SPARE_BUCKETS): bytes sent for show while
+    rank 0 is held, a bucket at least, cannot stand in for the all-reduces."""
     key = "overlap"
     c, ranks = case(reference, key), ranks_of(student, reference, key)
     meter, theirs = student["scenarios"][key]["meter"], reference["scenarios"][key]["meter"]
@@ -194,8 +195,9 @@ def check_overlap(student, reference):
         return (f"{when}, no bucket's all-reduce ran while backward was paused between layers"
                 + (f" ({story})" if story else "") + ": launch each bucket's all-reduce from a gradient hook as soon "
                 "as its last gradient is ready.")
-    ratio = sent_too_much(meter, theirs, 1.5)
-    if ratio:
-        return f"{when}, the ranks sent {ratio:.1f} times the bytes one all-reduce per bucket needs: all-reduce each " \
-               "bucket once."
+    extra = sent_beyond(meter, theirs)
+    if extra is not None and extra > gates["bucket_bytes"] * SPARE_BUCKETS:
+        return (f"{when}, the ranks sent {extra / 1024:.0f} KiB more than one broadcast in __init__ and one all-reduce "
+                "per bucket need (bytes measured outside your processes): all-reduce each bucket once, and send "
+                "nothing else.")
     return None

@@ -9,18 +9,21 @@ SCENARIOS = {  # name: (world size, experts, router biased towards the first exp
     "three_ranks_skewed": (3, 6, True, "called on 3 ranks (6 experts) with a router that sends most tokens to the "
                                        "first experts and none to the last rank's"),
     "four_ranks": (4, 4, False, "called on 4 ranks (4 experts, 1 per rank)"),
-    "traffic": (4, 4, False, "called on 4 ranks with 192 to 320 tokens of d = 2048 each (bytes measured)"),
+    "traffic": (4, 4, False, "called on 4 ranks with 96 to 160 tokens of d = 128 each and experts of hidden width "
+                           "1024 (bytes measured)"),
 }
 PUBLIC_SIZES = {  # tokens per rank, d, expert hidden width
     "two_ranks": ([5, 9], 8, 12),
     "three_ranks_skewed": ([7, 3, 10], 8, 10),
     "four_ranks": ([4, 6, 3, 5], 6, 8),
-    "traffic": ([256, 192, 320, 256], 2048, 16),
+    "traffic": ([128, 96, 160, 128], 128, 1024),
 }
-# The traffic scenario: a rank's tokens are 1.5 to 2.5 MiB, the experts thin (hidden 16), so tokens dominate the
-# bytes on the loopback. The same sizes for every salt (its bytes are compared with the reference's).
-TRAFFIC_RATIO = 2.0       # the scenario's bytes within this factor of the reference's (measured: 1.0–1.2; gathers 4–6)
-ROW_SUM_ATOL = 1e-3       # the traffic scenario's evidence, per-row sums over d = 2048: round-off ~1e-5, a wrong row ~1
+# The traffic scenario, sized so that both ways round the method cost far more than it: the tokens (48 to 80 KiB
+# a rank) are what all-to-alls move; gathering every token moves about N times as much; moving the experts instead
+# (each 1 MiB, hidden 1024) moves about 45 times as much, so no padding of a cheaper exchange can pass for it.
+# The same sizes for every salt (its bytes are compared with the reference's).
+TRAFFIC_RATIO = 2.0       # the scenario's bytes within this factor of the reference's (correct styles 1.0–1.5)
+ROW_SUM_ATOL = 1e-3       # the traffic scenario's evidence, per-row sums over d = 128: round-off ~1e-5, a wrong row ~1
 SKEW = (2.5, 1.5)  # added to the router's bias of experts 0 and 1
 IDLE = -20.0       # added to the bias of the last rank's experts: that rank receives no token at all
 
