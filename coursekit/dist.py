@@ -97,12 +97,13 @@ def _run_rank(rank, world_size, listener, backend, timeout_s, fn, args, result_p
             listener.close()
             store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
-        order = contextlib.nullcontext()
-        if strict and backend == "gloo":
-            from coursekit.gpu_semantics import nccl_p2p_order
+        with contextlib.ExitStack() as nccl_rules:
+            if strict and backend == "gloo":
+                from coursekit.gpu_semantics import nccl_p2p_order
+                from coursekit.rank_device import off_device_refused
 
-            order = nccl_p2p_order()
-        with order:
+                nccl_rules.enter_context(nccl_p2p_order())
+                nccl_rules.enter_context(off_device_refused())
             result = fn(rank, world_size, *args)
         result_pipe.send(("ok", result))
     except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
@@ -129,8 +130,9 @@ def launch(fn, world_size: int = 2, *args, backend: str | None = None, timeout: 
            strict: bool = False) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` forked ranks; return their results.
 
-    ``strict``: gloo ranks get NCCL's point-to-point order (``coursekit.gpu_semantics``): a ring that would hang on
-    GPUs raises instead of running.
+    ``strict``: gloo ranks get NCCL's rules: its point-to-point order (``coursekit.gpu_semantics``: a ring that would
+    hang on GPUs raises instead of running) and its device rule (``coursekit.rank_device``: a collective given a
+    tensor made without the rank's device raises).
 
     Raises ``RankFailed`` with the first failing rank's traceback, or ``RanksTimedOut`` when
     ranks are still running after ``timeout`` seconds. Either way no process is left behind.

@@ -9,6 +9,10 @@
   of that lesson runs on gloo (Lesson 8 with 2 faked GPUs).
 * Determinism claims: a lesson that says results are bitwise equal, in a notebook running an operation whose CUDA
   kernels torch documents as non-deterministic, says the claim is the CPU's.
+* The device rule (``coursekit.rank_device``): under ``strict=True`` a collective refuses a tensor made without the
+  rank's device (``torch.empty(n)`` works on gloo and fails on the first GPU); MiniFSDP's reference passes (it
+  found the grader's own gradient norm summed on the host), and its gather buffer made with ``torch.empty(n)``
+  instead of ``shard.new_empty`` (the kind of defect it once had) is caught.
 """
 import ast
 import json
@@ -33,7 +37,8 @@ NOTEBOOKS = sorted((REPO / "solutions").rglob("*.ipynb"))
 
 def _ring(rank, world_size, order):
     torch.manual_seed(rank)
-    held, arriving = torch.randn(64) + rank, torch.empty(64)
+    device = coursekit.dist.my_device()  # on the rank's device, as NCCL needs (the device rule of section 5)
+    held, arriving = torch.randn(64, device=device) + rank, torch.empty(64, device=device)
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
     for _ in range(world_size - 1):
         if order == "blocking send, then recv":
@@ -211,3 +216,49 @@ def test_bitwise_claims_say_they_are_the_cpus(path):
     found = bitwise_claims_without_cpu(path)
     assert not found, (f"{path.stem}: bitwise equality claimed next to operations whose CUDA kernels are "
                        "non-deterministic, without saying it holds on the CPU:\n" + "\n".join(found))
+
+
+# ---- 5. collectives refuse tensors off the rank's device -----------------------------------------------
+
+def _all_reduce_made(rank, world_size, how):
+    t = {"without a device": lambda: torch.ones(4), "computed from one": lambda: torch.ones(4) * 2,
+         "with the device": lambda: torch.ones(4, device="cpu"), "moved": lambda: torch.ones(4).to("cpu"),
+         "copied into a device tensor": lambda: torch.zeros(4, device="cpu").copy_(torch.ones(4))}[how]()
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+@pytest.mark.parametrize("how", ["without a device", "computed from one"])
+def test_a_collective_on_a_tensor_made_on_the_host_would_fail_under_nccl(how):
+    with pytest.raises(RankFailed, match="would fail under NCCL: dist.all_reduce was given a tensor made without"):
+        launch(_all_reduce_made, 2, how, strict=True, timeout=30)
+    assert launch(_all_reduce_made, 2, how, timeout=30)[0] == [2.0] * 4 or how == "computed from one"
+
+
+@pytest.mark.parametrize("how", ["with the device", "moved", "copied into a device tensor"])
+def test_tensors_on_the_rank_device_pass(how):
+    assert launch(_all_reduce_made, 2, how, strict=True, timeout=30)[0] == [2.0] * 4
+
+
+def _mini_fsdp_losses(rank, world_size, source):
+    from autograder.authoring.course import load_course
+    from autograder.exercises.define import define_function
+    from autograder.exercises.mini_fsdp.cases import cases
+    from autograder.exercises.mini_fsdp.observe import student_rank
+
+    spec = load_course().spec_for_exercise("MiniFSDP")
+    cls = define_function([("setup", c) for c in spec.setup_code] + [("cell", source)], "MiniFSDP")
+    case = next(c for c in cases(0).values() if not c["gated"] and c["world_size"] == world_size)
+    return student_rank(rank, world_size, cls, case)["losses"]
+
+
+def test_mini_fsdp_keeps_the_device_rule_and_its_old_defect_is_caught():
+    from submission_factory import reference_source
+
+    source = reference_source("MiniFSDP")
+    assert launch(_mini_fsdp_losses, 2, source, strict=True, timeout=60)[0]
+    defect = source.replace("shard.new_empty(shard.numel() * self.world_size)",
+                            "torch.empty(shard.numel() * self.world_size)")
+    assert defect != source
+    with pytest.raises(RankFailed, match="would fail under NCCL: dist.all_gather_single"):
+        launch(_mini_fsdp_losses, 2, defect, strict=True, timeout=60)

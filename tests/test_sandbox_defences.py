@@ -353,11 +353,12 @@ def test_a_rank_still_imports_the_course_checked_out_under_tmp(tmp_path):
 
 @pytest.mark.slow
 def test_memory_counts_every_process_a_rank_starts():
-    """A rank that parks 64 MiB in a child, in a grandchild that outlives it, or in files of its private tmpfs (and
-    then makes itself undumpable, so that the launcher cannot read them) is charged with it; the control (each rank
+    """A rank that parks 64 MiB in a child, in a grandchild that outlives it, or in files of its private tmpfs (also
+    when it then makes itself undumpable, so that /proc/<pid>/root cannot be read: the launcher reads the tmpfs through
+    descriptors the rank handed over before the submitted code ran) is charged with it; the control (each rank
     process by itself) is fooled."""
     found = drive_as("root" if is_root() else "user", "family")["peak_mib"]
-    for how in ("itself", "child", "orphan", "tmpfs"):  # "undumpable tmpfs": not charged yet (worker.py)
+    for how in ("itself", "child", "orphan", "tmpfs", "undumpable tmpfs"):
         assert all(peak >= 64 for peak in found[f"{how}, families"]), found
     assert found["nothing, families"] == [0, 0] and found["itself, ranks alone"] == [64, 64], found
     assert found["child, ranks alone"] == found["orphan, ranks alone"] == found["tmpfs, ranks alone"] == [0, 0], found

@@ -33,8 +33,10 @@ def loss_of(output, target):
 
 
 def global_grad_norm(grads) -> float:
-    """The L2 norm of the whole model's gradient, from each rank's gradient shards."""
-    squares = torch.zeros((), dtype=torch.float64)
+    """The L2 norm of the whole model's gradient, from each rank's gradient shards, summed on their device (NCCL
+    all-reduces nothing else)."""
+    device = next((g.device for g in grads if g is not None), torch.device("cpu"))
+    squares = torch.zeros((), dtype=torch.float64, device=device)
     for g in grads:
         if g is not None:  # accumulated in float64 without a float64 copy of the gradient
             squares += torch.linalg.vector_norm(g.detach(), dtype=torch.float64).square()

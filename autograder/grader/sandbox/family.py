@@ -6,12 +6,14 @@ grading worker every process of the sandbox's PID namespace is ours to see, so e
 all its descendants (found through their parents, and remembered, since an orphan's parent becomes PID 1), and
 charges every process no rank claims (an orphan seen first after its parent died) to every rank. Only the
 sandbox's PID 1, the worker's zygote and the launcher itself are left out. The files a rank keeps in its private
-tmpfs (isolation.py) count too.
+tmpfs (isolation.py) count too, read through descriptors the rank hands over before any submitted code runs
+(``send_tmpfs``): no later choice of the rank (making itself undumpable, say) can hide them.
 
 An honest rank starts no process, so this changes nothing for it; a process a rank forks holds the rank's pages
 again (copy-on-write pages count in both), which can only raise the student's own numbers.
 """
 import os
+import socket
 
 from ...exercises.meter import status_bytes
 
@@ -28,10 +30,40 @@ class RankFamilies:
         self.unreadable_tmpfs = unreadable_tmpfs
         self.ranks: list[int] = []
         self.owner: dict[int, int] = {}   # pid -> index of the rank it descends from; -1: unclaimed
+        self.tmpfs: dict[int, list[int]] = {}  # rank pid -> descriptors of its private /tmp and /dev/shm
+        self.inbox: socket.socket | None = None
+
+    def tmpfs_channel(self) -> socket.socket:
+        """The socket each rank hands its private tmpfs over on (``send_tmpfs``, in the rank, before submitted code).
+        The launcher keeps the other end; a rank closes both (isolation.close_inherited, then after sending)."""
+        self.inbox, outbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.inbox.setblocking(False)
+        return outbox
+
+    def _receive_tmpfs(self) -> None:
+        while self.inbox is not None:
+            try:
+                pid, fds, _, _ = socket.recv_fds(self.inbox, 32, 2)
+            except (BlockingIOError, OSError):
+                return
+            try:
+                self.tmpfs[int(pid)] = fds
+            except ValueError:
+                for fd in fds:
+                    os.close(fd)
+
+    def _forget_tmpfs(self) -> None:
+        """A descriptor keeps its tmpfs, and what is in it, alive: dropped with the scenario."""
+        for fds in self.tmpfs.values():
+            for fd in fds:
+                os.close(fd)
+        self.tmpfs.clear()
 
     def held(self, pids: list[int], baseline: int) -> list[int | None]:
         if pids != self.ranks:  # a new scenario: whatever the last one left is nobody's
             self.ranks, self.owner = list(pids), {pid: i for i, pid in enumerate(pids)}
+            self._forget_tmpfs()
+        self._receive_tmpfs()
         parents = {}
         for name in os.listdir("/proc"):
             if name.isdigit() and int(name) not in self.ignored and int(name) not in self.owner:
@@ -54,6 +86,8 @@ class RankFamilies:
         return [None if total is None else total + unclaimed for total in totals]
 
     def _tmpfs(self, pid: int) -> int:
+        if pid in self.tmpfs:
+            return sum(used_bytes(os.fstatvfs(fd)) for fd in self.tmpfs[pid])
         used = private_tmpfs_bytes(pid)
         if used is None:  # a reading that fails is never 0 where it should succeed: the worst case
             return self.unreadable_tmpfs or 0
@@ -75,6 +109,25 @@ class RankFamilies:
         return index
 
 
+def send_tmpfs(outbox: socket.socket) -> None:
+    """In a rank whose private /tmp and /dev/shm were just mounted (isolation.py), before any submitted code: hand
+    the launcher a descriptor of each (``RankFamilies.tmpfs_channel``), then close the channel. Where no launcher
+    listens any more (its meter replaced), nothing is sent and /proc/<pid>/root stays the only way in."""
+    fds = [os.open(folder, os.O_PATH | os.O_DIRECTORY) for folder in ("/tmp", "/dev/shm")]
+    try:
+        socket.send_fds(outbox, [str(os.getpid()).encode()], fds)
+    except OSError:
+        pass
+    finally:
+        for fd in fds:
+            os.close(fd)
+        outbox.close()
+
+
+def used_bytes(stat: os.statvfs_result) -> int:
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+
+
 def private_tmpfs_bytes(pid: int) -> int | None:
     """What a rank keeps in its private /tmp and /dev/shm (isolation.py): files written there, never mapped, hold
     memory that no resident count shows. None where the rank's root cannot be read (not isolated, or undumpable)."""
@@ -84,7 +137,7 @@ def private_tmpfs_bytes(pid: int) -> int | None:
             stat = os.statvfs(f"/proc/{pid}/root/{folder}")
         except OSError:
             return None
-        used += (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+        used += used_bytes(stat)
     return used
 
 

@@ -27,7 +27,7 @@ from ...exercises.observing import observe, observer_of
 from ...exercises.ranks import Deferred, rank_fds
 from ...exercises.ranks import configure as configure_ranks
 from ..protocol import BadMessage, Task, loads_bounded
-from .family import RankFamilies
+from .family import RankFamilies, send_tmpfs
 from .hugepages import collapse_anonymous_memory
 from .isolation import close_inherited, isolate_rank, rank_outputs
 from .kernels import switch_off
@@ -95,20 +95,23 @@ def _configure_ranks(write_fd: int, kernels: tuple[tuple[str, str], ...] = ()) -
     tmp_bytes = os.environ.get("AUTOGRADER_ISOLATE_RANKS")
     measuring = [os.getpid(), os.getppid()]  # this launcher and the zygote: no rank may change their scheduling
 
+    sandboxed = bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE"))  # and a network namespace of its own
+    families = RankFamilies(os.getpid(), os.getppid()) if sandboxed else None
+    # Each isolated rank hands the launcher its private tmpfs before any submitted code: what it parks there is
+    # counted whatever it does later (undumpable, its /proc/<pid>/root is unreadable; issue 37).
+    outbox = families.tmpfs_channel() if families and tmp_bytes else None
+
     def setup():
         os.close(write_fd)
         if tmp_bytes:
-            isolate_rank(int(tmp_bytes), keep_fds=rank_fds())
+            isolate_rank(int(tmp_bytes), keep_fds=rank_fds() | ({outbox.fileno()} if outbox else set()))
+            if outbox:
+                send_tmpfs(outbox)
         else:
             close_inherited(rank_fds())
         protect_from_rescheduling(measuring)
         switch_off(kernels)
 
-    sandboxed = bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE"))  # and a network namespace of its own
-    # Not yet charging a rank whose private tmpfs cannot be read (RankFamilies' unreadable_tmpfs): under bubblewrap
-    # the launcher cannot read an honest rank's either (it is undumpable, in a user namespace of its own), so every
-    # rank would be charged 512 MiB. Issue 37 keeps this open (docs/grading.md).
-    families = RankFamilies(os.getpid(), os.getppid()) if sandboxed else None
     configure_ranks(child_setup=setup, held=families.held if families else None, private_network=sandboxed)
 
 
