@@ -54,6 +54,8 @@ SECTIONS = {
     "lesson7_attention": ("Fused attention (SDPA) vs naive attention: time and memory vs sequence length", 1,
                           "evidence_single"),
     "lesson7_matmul": ("Matrix-product throughput: float32, bfloat16 and FP8", 1, "evidence_single"),
+    "lesson10_kernels": ("Lesson 10's Triton kernels vs PyTorch: fused RMSNorm, FlashAttention forward", 1,
+                         "evidence_kernels"),
 }
 
 

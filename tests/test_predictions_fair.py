@@ -99,6 +99,11 @@ ANSWERS = {
     "my_in_place_loads": r"(does not|doesn't|won't|will not|cannot|no longer) load|neither is left|is truncated",
     "my_resumed_at": r"resum\w* (at|from) (step )?4\b",
     "my_blamed_by_timeout": r"not who is missing|names? no rank|(does not|doesn't) name (a|any|the) rank",
+    # Lesson 10
+    "my_add_bytes": r"12,?000 bytes|3 ?× ?1000 ?× ?4",
+    "my_fused_extra_bytes": r"\b256 bytes|64 ?× ?4 bytes",
+    "my_causal_tiles": r"1 ?\+ ?2 ?\+ ?3 ?\+ ?4",
+    "my_unfused_over_fused": MEASURED,  # depends on how PyTorch's backward splits into operators
 }
 
 

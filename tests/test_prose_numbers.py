@@ -81,6 +81,10 @@ ALLOWED = [
     ("06_profiling_capstone", r"\b(?:1|4|9|25) MB\b|gradient is 4 MiB", "config",
      "bucket_cap_mb values the sweep sets, and one hidden layer's gradient (1024² × 4 bytes)"),
     ("06_profiling_capstone", r"MFU = 40 %", "config", "the MFU the next cell sets (MFU = 0.4)"),
+    # Lesson 10: the add's bytes and the tiles the kernels launch with
+    ("10_triton_kernels", r"operation per 12 bytes", "arithmetic",
+     "the add reads two float32 and writes one (3 × 4 bytes), as the cell above counted per program"),
+    ("10_triton_kernels", r"32 × 32 tiles", "config", "the tile sizes the next cells launch the kernel with"),
 ]
 
 # Lessons whose remaining claims another engineer is still fixing: reported, not failed. Keep this empty.

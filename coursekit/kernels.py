@@ -1,0 +1,148 @@
+"""Triton kernels on any machine (Lesson 10): the interpreter where there is no GPU, and what a kernel moved.
+
+Triton's interpreter (``TRITON_INTERPRET=1``) runs a ``@triton.jit`` function as NumPy, one program after another:
+the same code a GPU compiles, slow by design, so that it can be run, stepped through and tested on a laptop. It
+decides when a kernel is decorated, so ``triton_mode()`` must run before the lesson's kernels are defined.
+
+Running in the interpreter also lets the course *count* what a kernel does: every ``tl.load`` and ``tl.store``
+goes through one object of the interpreter, so ``count_traffic()`` sees the bytes each program moved (only the
+lanes its mask enables). That object is private to Triton: it is reached here only, through
+``_interpreter_builder()`` (tests/test_kernels.py). PyTorch's unfused operators are counted the same way by a
+dispatch mode (``eager_traffic``): each operator reads its inputs and writes its outputs once.
+"""
+import importlib.util
+import os
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from coursekit.flops import DATASHEET_PEAK_16BIT
+
+# Peak memory bandwidth (HBM) from NVIDIA's datasheets, bytes/s; the most specific name first.
+DATASHEET_BANDWIDTH = [("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12), ("A100", 2.04e12)]
+TRITON_PIN = "triton==3.7.1"  # the version torch 2.13.0's CUDA wheels require
+
+
+def triton_mode() -> str:
+    """"compiled" (a CUDA GPU), "interpreted" (no GPU: sets TRITON_INTERPRET=1) or "missing" (not installed)."""
+    if importlib.util.find_spec("triton") is None:
+        return "missing"
+    if torch.cuda.is_available():
+        return "compiled"
+    os.environ["TRITON_INTERPRET"] = "1"  # read when a kernel is decorated: before the lesson's kernels
+    return "interpreted"
+
+
+def _interpreter_builder():
+    """Triton's interpreter object that performs every load and store (private to Triton 3.x)."""
+    from triton.runtime.interpreter import interpreter_builder
+    return interpreter_builder
+
+
+def interpreted(kernel):
+    """The interpreter's version of a ``@triton.jit`` kernel, on any machine (its class is private to Triton 3.x)."""
+    from triton.runtime.interpreter import InterpretedFunction
+    return kernel if isinstance(kernel, InterpretedFunction) else InterpretedFunction(kernel.fn)
+
+
+@dataclass
+class Traffic:
+    """Bytes each program (its grid index) loaded and stored, and how many loads it issued."""
+    loaded: Counter = field(default_factory=Counter)
+    stored: Counter = field(default_factory=Counter)
+    loads: Counter = field(default_factory=Counter)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.loaded.values()) + sum(self.stored.values())
+
+    @property
+    def programs(self) -> list:
+        return sorted(set(self.loaded) | set(self.stored))
+
+
+def _element_bytes(handle) -> int:
+    return handle.get_element_ty().primitive_bitwidth // 8
+
+
+@contextmanager
+def count_traffic():
+    """Count the bytes every interpreted ``tl.load``/``tl.store`` moves inside the block, per program."""
+    builder = _interpreter_builder()
+    traffic = Traffic()
+    load, store = builder.create_masked_load, builder.create_masked_store
+
+    def counted_load(ptrs, mask, *args):
+        program = tuple(builder.grid_idx)
+        traffic.loaded[program] += int(mask.data.sum()) * _element_bytes(ptrs)
+        traffic.loads[program] += 1
+        return load(ptrs, mask, *args)
+
+    def counted_store(ptrs, value, mask, *args):
+        traffic.stored[tuple(builder.grid_idx)] += int(mask.data.sum()) * _element_bytes(ptrs)
+        return store(ptrs, value, mask, *args)
+
+    builder.create_masked_load, builder.create_masked_store = counted_load, counted_store
+    try:
+        yield traffic
+    finally:
+        del builder.create_masked_load, builder.create_masked_store  # the class's methods again
+
+
+def traffic_of(kernel, grid, *args, **meta) -> Traffic:
+    """Launch ``kernel[grid](*args, **meta)`` in the interpreter on CPU copies of its tensors and count its
+    traffic: the same numbers with or without a GPU."""
+    args = [a.detach().cpu() if isinstance(a, torch.Tensor) else a for a in args]
+    with count_traffic() as traffic:
+        interpreted(kernel)[grid](*args, **meta)
+    return traffic
+
+
+class _Reads(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        flat = [*args, *(kwargs or {}).values(), *(result if isinstance(result, (tuple, list)) else (result,))]
+        self.bytes += sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
+        return result
+
+
+def eager_traffic(fn) -> int:
+    """Bytes PyTorch's operators read and write while ``fn()`` runs: each reads its inputs, writes its outputs.
+
+    (A view reads nothing in truth; unfused element-wise code has few of them.) TorchDispatchMode is private to
+    torch (``torch.utils._python_dispatch``)."""
+    mode = _Reads()
+    with mode:
+        fn()
+    return mode.bytes
+
+
+def saved_for_backward(fn) -> list[tuple[tuple, str, int]]:
+    """What autograd keeps for the backward while ``fn()`` builds its graph: (shape, dtype, bytes) per distinct
+    storage (a tensor saved twice counts once)."""
+    seen, saved = set(), []
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in seen:
+            seen.add(t.untyped_storage().data_ptr())
+            saved.append((tuple(t.shape), str(t.dtype).removeprefix("torch."), t.untyped_storage().nbytes()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return saved
+
+
+def roofline_seconds(gpu: str, moved_bytes: float, flops: float) -> tuple[float, str]:
+    """The least time a kernel can take on ``gpu`` by its datasheet (16-bit peak, HBM bandwidth), and the bound."""
+    bandwidth = next(b for name, b in DATASHEET_BANDWIDTH if name in gpu)
+    peak = next(p for name, p in DATASHEET_PEAK_16BIT if name in gpu)
+    memory_s, compute_s = moved_bytes / bandwidth, flops / peak
+    return max(memory_s, compute_s), ("memory" if memory_s >= compute_s else "compute")
