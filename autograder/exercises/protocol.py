@@ -74,6 +74,9 @@ class Exercise:
     # Observed on forked ranks (ranks.py): the grading worker's task process then runs no student code itself,
     # and an unprivileged grader without one identity per worker grades these one student at a time.
     ranks: bool = False
+    # Libraries other exercises forbid (grader/sandbox/forbidden.FORBIDDEN entries) that this one's own method uses
+    # (Lesson 9's checkpoints shard with FSDP2): its tasks run in a worker without those stubs.
+    needs_libraries: tuple[str, ...] = ()
 
     def __post_init__(self):
         if any(check.evidence for check in self.checks) and self.evidence is None:

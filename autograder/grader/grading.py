@@ -146,10 +146,21 @@ RANK_EXERCISES_ALONE = AloneOrShared()
 
 
 def run_isolated(tasks: list[Task], sandbox: Sandbox) -> tuple[dict, float]:
-    """One student's tasks in one worker; where every worker shares the grader's identity, the rank exercises in a
-    worker of their own that runs while no other worker does (``Sandbox.one_identity``). The next one starts a
-    fresh sandbox (seconds to import torch), while a killed one's processes, and the watches they held, are gone
-    within milliseconds, so no canary run is needed before blaming a student's code for a gloo failure."""
+    """One student's tasks in one worker, except that exercises which need a library the others forbid
+    (``Exercise.needs_libraries``) run in a worker of their own with that library in place."""
+    results, peak_mib = {}, 0.0
+    for libraries in sorted({get_exercise(t.exercise).needs_libraries for t in tasks}):
+        group = [t for t in tasks if get_exercise(t.exercise).needs_libraries == libraries]
+        more, peak = _run_in_one_worker(group, sandbox.allowing(libraries))
+        results, peak_mib = {**results, **more}, max(peak_mib, peak)
+    return results, peak_mib
+
+
+def _run_in_one_worker(tasks: list[Task], sandbox: Sandbox) -> tuple[dict, float]:
+    """Where every worker shares the grader's identity, the rank exercises in a worker of their own that runs while
+    no other worker does (``Sandbox.one_identity``). The next one starts a fresh sandbox (seconds to import torch),
+    while a killed one's processes, and the watches they held, are gone within milliseconds, so no canary run is
+    needed before blaming a student's code for a gloo failure."""
     if not sandbox.one_identity:
         return run_tasks(tasks, sandbox)
     ranked = [t for t in tasks if get_exercise(t.exercise).ranks]

@@ -7,7 +7,9 @@ empty file over every compiled copy of a replaced file (else ``SourcelessFileLoa
 grader's sandbox". Binds are mount points, so they are in place before the worker imports torch, and submitted code
 cannot undo them (a mount namespace it makes inside the sandbox keeps them locked).
 
-The reference worker keeps the real libraries: its ground truths train with DDP and FSDP2.
+The reference worker keeps the real libraries: its ground truths train with DDP and FSDP2. So does a student's
+worker for an exercise that needs one of them for its own method (``Exercise.needs_libraries``: Lesson 9's
+checkpoints of an FSDP2 model), in a worker of its own.
 
 The files are looked up in the installed torch when the sandbox is made; a path this torch no longer has is left
 out and named in the warning, and ``probe.py`` proves in a worker exactly like a student's that torch still imports
@@ -56,6 +58,17 @@ class Stubs:
     def args(self) -> list[str]:
         """bubblewrap arguments, after the read-only binds of the Python trees they cover."""
         return [arg for stub, target in self.binds for arg in ("--ro-bind", stub, target)]
+
+    def without(self, libraries: tuple[str, ...]) -> "Stubs":
+        """These stubs except the ones over ``libraries`` (``FORBIDDEN`` entries), for an exercise that needs them."""
+        def covers(target: str) -> bool:
+            path = Path(target)
+            if path.parent.name == "__pycache__":  # a compiled copy of a replaced file
+                path = path.parent.parent / (path.name.split(".")[0] + ".py")
+            return any(str(path).endswith("/" + library) for library in libraries)
+
+        kept = tuple(bind for bind in self.binds if not covers(bind[1]))
+        return Stubs(kept, self.missing, self.reason or ("" if kept else "an exercise needs every forbidden library"))
 
     def describe(self) -> str:
         if not self.binds:

@@ -186,6 +186,10 @@ class Sandbox:
                 "rlimits": f"rlimits only, {who}", "off": "no isolation"}[self.mode] + \
             (f", {self.cgroups.describe()}" if self.mode != "off" else "")
 
+    def allowing(self, libraries: tuple[str, ...]) -> "Sandbox":
+        """This sandbox with the forbidden ``libraries`` left in place (``forbidden.Stubs.without``)."""
+        return replace(self, stubs=self.stubs.without(libraries)) if libraries else self
+
     def fingerprint(self) -> str:
         """What a saved result depends on besides the code: isolation, every limit and the devices."""
         return (f"{self.mode}|{self.uid is not None}|{self.cgroups.backend}|{self.limits}|{self.devices.describe()}"
