@@ -20,29 +20,15 @@ Method ("all-to-all, not gather"), measured outside the ranks. The ranks' own re
 the forward and two in the backward, no all-gather / all-reduce / broadcast / point-to-point message of token size,
 read on 2 and 3 ranks) lives in the student's process (issue 25: a replaced record): it shapes the feedback, and the
 method check earns its points only when the bytes on the loopback agree. The ``traffic`` scenario: 4 ranks, 4
-experts (1 per rank), 256, 192, 320 and 256 tokens of d = 2048 (1.5–2.5 MiB per rank), experts Linear–Tanh–Linear
-of hidden width 16, the same sizes for every salt, no profiler (a per-token loop under it takes seconds). The rank
-records the sum of every row of its output and its experts' gradient checksums (the evidence, compared
-with the dense MoE's). All-to-alls send each token that leaves its rank four times (dispatch and combine, forward
-and backward): about 3·|tokens| here. Every gather sends about N times that or more: all tokens to every rank
+experts (1 per rank), 256, 192, 320 and 256 tokens of d = 2048 (1.5–2.5 MiB per rank), experts Linear–Tanh–Linear of
+hidden width 16, the same sizes for every salt, no profiler (a per-token loop under it takes seconds). The rank
+records the sum of every row of its output and its experts' gradient checksums (the evidence, compared with the
+dense MoE's). All-to-alls send each token that leaves its rank four times (dispatch and combine, forward and
+backward): about 3·|tokens| here. Every gather sends about N times that or more: all tokens to every rank
 ((N−1)·|tokens|), their outputs back (an all-reduce or a reduce-scatter, which gloo runs as an all-reduce), and the
-same in the backward. A submission passes when the scenario's ``lo_bytes`` are within 2× of the reference's either way
-(halfway, geometrically, between the all-to-alls and the thriftiest gather). Measured (2-core CPU, torch 2.13.0+cpu,
-load 3–22; MiB on the loopback over the scenario, all ranks):
-
-    =======================================================================  ==========  ==========
-    traffic scenario                                                          sent        x ref.
-    =======================================================================  ==========  ==========
-    reference (all_to_all_single in autograd functions)                       23.7        1.00
-    torch's autograd all_to_all_single, expert ids sent along                 23.7        1.00
-    list all_to_all padded to the largest count                               31.2        1.32
-    dispatch outside autograd (no backward all-to-alls)                       11.9        0.50
-    all-gather of the tokens + all-reduce of the outputs (record forged too)  156         6.6
-    all-gather of the tokens + reduce-scatter of the outputs                  150         6.3
-    =======================================================================  ==========  ==========
-
-The traffic scenario takes about 0.3 s at load 3; one observation took 0.48 s (median 0.54) before, 0.53 s
-(0.90) after (side by side, the same machine, load 4–5; the fastest of 12, then the median).
+same in the backward. A submission passes when the scenario's ``lo_bytes`` are within 2× of the reference's either
+way (halfway, geometrically, between the all-to-alls and the thriftiest gather). What each style measured, and what
+the scenario costs: ``docs/method-evidence.md``.
 """
 from ..protocol import Check, Exercise
 from . import cases, checks
