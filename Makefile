@@ -34,9 +34,9 @@ lab: env
 nbgrader: env
 	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/nbgrader $(ARGS)
 
-## test: lint, check the generated files, run every test (about 35 min on 2 cores; the browser tests need chromium):
-## most of them in TEST_PROCESSES processes side by side (tests/conftest.py keeps each file in one), then the
-## `serial` ones alone, then the fast tier under the CPU kernels other machines pick (test-any-cpu)
+## test: lint, check the generated files, run every test (about 35 min on 2 cores; the browser tests need chromium)
+## (most of them in TEST_PROCESSES processes side by side (tests/conftest.py keeps each file in one), then the
+## `serial` ones alone, then the fast tier under the CPU kernels other machines pick: test-any-cpu)
 TEST_PROCESSES ?= 2
 test: env
 	$(VENV)/bin/ruff check .

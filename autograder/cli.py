@@ -8,6 +8,7 @@ from pathlib import Path
 def _grade(args) -> int:
     from .grader.batch import grade_class
     from .grader.escape import terminal
+    from .grader.outputs import STATE
     from .grader.sandbox.sandbox import Limits, WorkersCannotStart, make_sandbox
     from .grader.submissions import SubmissionsError
 
@@ -25,10 +26,10 @@ def _grade(args) -> int:
     if sandbox.warning:
         print(sandbox.warning, file=sys.stderr)
     out = Path(args.out)
-    if args.fresh and (out / ".state").exists():
+    if args.fresh and (out / STATE).exists():
         import shutil
 
-        shutil.rmtree(out / ".state")
+        shutil.rmtree(out / STATE)
     try:
         rows, summary = grade_class(Path(args.submissions), out, sandbox, jobs=args.jobs, timeout=args.timeout,
                                     dask_address=args.dask, progress=not args.quiet, notebooks=args.notebook,
@@ -49,9 +50,10 @@ def _grade(args) -> int:
 def _class_report(args) -> int:
     from .grader.class_report import report_from_out
     from .grader.escape import terminal
+    from .grader.outputs import RESULTS
 
     out = Path(args.out)
-    if not (out / "results.json").is_file():
+    if not (out / RESULTS).is_file():
         print(f"error: {terminal(str(out))} holds no results.json: grade into it first (python -m autograder grade "
               "SUBMISSIONS --out OUT)", file=sys.stderr)
         return 2

@@ -188,3 +188,29 @@ def test_every_exercise_solution_full_blank_zero(tmp_path, course):
     for row in table:
         expected = row["max_score"] if row["student"] == "solutions" else "0"
         assert row["score"] == expected, row
+
+
+def test_each_notebook_is_read_once_a_run(tmp_path, monkeypatch):
+    """Grading and the class report's similar-submissions search use the cells read once per submission's notebook
+    (grading.read_notebooks), not a second parse each; the copied pair is still found."""
+    from autograder.grader import grading, notebook
+    from autograder.grader.batch import grade_class
+    from autograder.grader.sandbox.sandbox import make_sandbox
+
+    nb, ex = "01_gradient_accumulation.ipynb", "train_with_accumulation"
+    for student in ("ada", "bob"):
+        write(tmp_path / "in", student, nb, filled(nb, {ex: reference_source(ex)}))
+    write(tmp_path / "in", "cy", nb, released_notebook(nb))
+    reads = []
+    real = notebook.exercise_cells
+
+    def counted(nb_, spec):
+        reads.append(spec.name)
+        return real(nb_, spec)
+    for module in (grading, notebook):  # wherever a module of the run looks it up
+        monkeypatch.setattr(module, "exercise_cells", counted)
+    rows, summary = grade_class(tmp_path / "in", tmp_path / "out", make_sandbox(), jobs=2, progress=False)
+    assert reads == [nb] * 3
+    assert {r.student: r.score for r in rows} == {"ada": 11.0, "bob": 11.0, "cy": 0.0}
+    similar = list(csv.DictReader(open(tmp_path / "out" / "similar.csv", newline="")))
+    assert [(p["student_a"], p["student_b"]) for p in similar] == [("ada", "bob")]

@@ -1,7 +1,7 @@
 """The launcher of the grader's scenarios (exercises/ranks.py), on its own."""
 import pytest
 
-from autograder.exercises.ranks import Deferred, run_on_ranks
+from autograder.exercises.ranks import Deferred, observe_on_ranks, run_on_ranks
 
 
 def _answers_at_once(rank: int, world_size: int) -> dict:
@@ -32,3 +32,31 @@ def test_a_cell_sees_its_rank_in_the_environment_when_it_is_defined():
     assert "error" not in found, found
     assert [(r["RANK"], r["WORLD_SIZE"]) for r in found["ranks"]] == [("0", "2"), ("1", "2")]
     assert found["ranks"][0]["MASTER_PORT"] == found["ranks"][1]["MASTER_PORT"] is not None
+
+
+def _noisy(rank: int, world_size: int, fn, case: dict) -> dict:
+    """Writes a warning and a line on file descriptor 2, then says where descriptor 2 points."""
+    import os
+    import warnings
+
+    warnings.warn("a rank's warning", stacklevel=1)
+    os.write(2, b"a rank's own line on stderr\n")
+    return {"stderr": os.readlink("/proc/self/fd/2"), **({"forbidden": True} if case.get("forbid") else {})}
+
+
+CASES = {"plain": {"world_size": 2}, "forbidden": {"world_size": 2, "forbid": True}}
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_observe_on_ranks_keeps_ranks_quiet_and_records_forbidden_false_by_default(capfd, quiet):
+    """The plumbing every rank exercise shares: Python's warnings never reach stderr from a rank; ``quiet`` puts
+    descriptor 2 itself on /dev/null while the target runs (gloo's C++ messages); a record without "forbidden"
+    gets False, one that says True keeps it."""
+    found = observe_on_ranks(0, CASES, _noisy, None, quiet=quiet)
+    ranks = {name: s["ranks"] for name, s in found["scenarios"].items()}
+    assert [r["forbidden"] for r in ranks["plain"]] == [False, False]
+    assert [r["forbidden"] for r in ranks["forbidden"]] == [True, True]
+    assert all((r["stderr"] == "/dev/null") == quiet for rs in ranks.values() for r in rs)
+    err = capfd.readouterr().err
+    assert "a rank's warning" not in err
+    assert ("a rank's own line on stderr" in err) != quiet

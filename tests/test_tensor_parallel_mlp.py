@@ -18,6 +18,7 @@ from submission_factory import grade_one_exercise_class, reference_source
 from variants.tensor_parallel_mlp import WRONG
 
 from autograder.exercises.observing import collective_counts
+from autograder.exercises.ranks import warm_profiler
 from autograder.exercises.tensor_parallel_mlp import cases, checks, observe
 from coursekit.dist import launch
 
@@ -88,7 +89,7 @@ def _collectives_seen(rank, world_size):
 
 
 def test_the_count_sees_every_all_reduce_api_and_nothing_else():
-    observe.warm_profiler()
+    warm_profiler()
     seen = launch(_collectives_seen, 2, backend="gloo", timeout=60)[0]
     for label in ("dist.all_reduce", "imported before the fork", "async", "functional"):
         assert seen[label] == [["all_reduce", 1]], (label, seen[label])

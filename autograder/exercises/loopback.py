@@ -46,6 +46,16 @@ def tx_bytes(net_dev: str = "/proc/net/dev") -> int | None:
     return None
 
 
+def store_socket() -> socket.socket:
+    """A listening socket for rank 0's TCPStore, made before any rank is forked: a rank that connects before rank 0
+    has started its store waits in the backlog instead of being refused (c10d would retry only after up to a
+    second, a loaded machine's usual case), and no other process can take the port in between."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    return listener
+
+
 class PrivateLoopback:
     def __init__(self, holder: int, channel: socket.socket):
         self.holder, self.channel = holder, channel
@@ -66,9 +76,7 @@ class PrivateLoopback:
                 _bring_loopback_up()
                 theirs.send(b"1")
                 while theirs.recv(1):  # a request for a listening socket, until stop() kills it
-                    with socket.socket() as listener:
-                        listener.bind(("127.0.0.1", 0))
-                        listener.listen(64)
+                    with store_socket() as listener:
                         socket.send_fds(theirs, [b"s"], [listener.fileno()])
             finally:
                 os._exit(0)
@@ -80,7 +88,7 @@ class PrivateLoopback:
         return cls(pid, ours)
 
     def store_socket(self) -> socket.socket:
-        """A socket listening on 127.0.0.1 of this loopback (on a port of its own)."""
+        """A socket listening on 127.0.0.1 of this loopback (on a port of its own): ``store_socket`` made there."""
         self.channel.send(b"?")
         _, fds, _, _ = socket.recv_fds(self.channel, 1, 1)
         return socket.socket(fileno=fds[0])

@@ -4,7 +4,8 @@
 ``target(rank, world_size, fn, case)`` is the exercise's code for one rank and calls the student's code through
 ``student_call``. The scenario's record is ``{"ranks": [what each rank returned], "meter": {...}}`` or
 ``{"error": ...}``: ``DEADLOCK`` when the ranks waited for each other until the launch timed out (a collective only
-some ranks called), else what the student's code raised, in its own words.
+some ranks called), else what the student's code raised, in its own words. What every rank exercise needs around
+its target is here, as options (``gates``, ``peaks``, ``profiler``, ``quiet``): a target holds only the exercise.
 
 Who runs what. The *launching* process forks the ranks and never runs student code: in class grading it is the
 grading worker's zygote (``fn`` is then a ``Deferred``: each rank defines the student's function from the notebook
@@ -28,9 +29,10 @@ import signal
 import socket
 import time
 import traceback
+import warnings
 
 from .define import DefinitionError, define_function
-from .loopback import PrivateLoopback
+from .loopback import PrivateLoopback, store_socket
 from .meter import PEAK_SAMPLE_S, SAMPLE_S, Meter
 from .observing import describe_exception, observation
 from .parse import BadMessage, loads_bounded
@@ -98,14 +100,13 @@ def trim_memory() -> None:
         pass
 
 
-def store_socket() -> socket.socket:
-    """A listening socket for rank 0's TCPStore, made before any rank is forked: a rank that connects before rank 0
-    has started its store waits in the backlog instead of being refused (c10d would retry only after up to a
-    second, a loaded machine's usual case), and no other process can take the port in between."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    return listener
+def warm_profiler() -> None:
+    """The profiler's first start costs about 1.5 s: once in the launcher, not in every forked rank."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
+        torch.zeros(1).add_(1)
 
 
 # ---- inside a rank ------------------------------------------------------------------------------
@@ -172,8 +173,17 @@ def _join_group(rank: int, world_size: int, port: int, listener: socket.socket |
     dist.barrier()
 
 
+def _quiet_stderr() -> None:
+    """File descriptor 2 on /dev/null for the rest of this rank: gloo's own abort message (a message of the wrong
+    size, mismatched collectives) would reach a notebook's stderr, and a test cell that writes there scores 0."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+
+
 def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeout: float, target, args,
-               reply_fd: int, gate_fds: tuple[int, int] | None, loopback: PrivateLoopback | None) -> None:
+               reply_fd: int, gate_fds: tuple[int, int] | None, loopback: PrivateLoopback | None,
+               quiet: bool = False) -> None:
     """A forked rank: set up, define the student's code, run the target, answer with JSON, exit. Never returns."""
     global _gate_channel
     _gate_channel = gate_fds
@@ -199,6 +209,9 @@ def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeo
         if port:
             with _stderr_closed(loopback is not None):  # c10d: "cannot retrieve the hostname" (no DNS in there)
                 _join_group(rank, world_size, port, listener, datetime.timedelta(seconds=timeout))
+        warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
+        if quiet:
+            _quiet_stderr()
         message = {"ok": target(rank, world_size, *args)}
     except DefinitionError as exc:
         message = {"error": str(exc), "student": True}
@@ -232,12 +245,13 @@ class _Rank:
 
 
 def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT_S, group: bool = True,
-                 gates=None, peaks: bool = False) -> dict:
+                 gates=None, peaks: bool = False, quiet: bool = False) -> dict:
     """One scenario on ``world_size`` forked ranks: ``{"ranks": [...], "meter": {...}}`` or ``{"error": ...}``.
 
     ``gates``: a gate policy (meter.py) when the target's model has gates (``ask_gate``): the launcher then answers
     each rank's gate requests as the policy says, measuring the ranks while they wait. ``peaks``: a check judges the
-    ranks' peak memory, so the meter samples it often (``PEAK_SAMPLE_S``).
+    ranks' peak memory, so the meter samples it often (``PEAK_SAMPLE_S``). ``quiet``: each rank's stderr goes to
+    /dev/null while the target runs (``_quiet_stderr``); every rank ignores Python's warnings.
     """
     ranks = []
     loopback = None if _private_network[0] else PrivateLoopback.start()  # the sandbox's loopback is theirs already
@@ -260,7 +274,7 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
                 if fd is not None:
                     os.close(fd)
             _rank_main(rank, world_size, listener, timeout, target, args, write_fd,
-                       (requests[1], replies[0]) if gates else None, loopback)
+                       (requests[1], replies[0]) if gates else None, loopback, quiet)
         for fd in (write_fd, requests[1], replies[0]):
             if fd is not None:
                 os.close(fd)
@@ -388,8 +402,23 @@ def run_alone(target, fn, case: dict, *, timeout: float = LAUNCH_TIMEOUT_S, peak
 
 
 def observe_on_ranks(salt: int, cases: dict[str, dict], target, fn, *, timeout: float = LAUNCH_TIMEOUT_S,
-                     gates=None) -> dict:
-    """Every scenario observed on its own ranks (``case["world_size"]`` of them); ``gates(case)`` gives a scenario's
-    gate policy (meter.py), or None for a scenario without gates."""
-    return observation(salt, cases, lambda case: run_on_ranks(target, case["world_size"], fn, case, timeout=timeout,
-                                                             gates=gates(case) if gates else None))
+                     gates=None, peaks=None, profiler: bool = False, quiet: bool = False) -> dict:
+    """Every scenario observed on its own ranks (``case["world_size"]`` of them).
+
+    ``gates(case)``: a scenario's gate policy (meter.py), or None for one without gates; ``peaks(case)``: whether a
+    check judges the scenario's peak memory (``run_on_ranks``); ``profiler``: the targets profile, so the launcher
+    starts the profiler once first (``warm_profiler``); ``quiet``: ranks write nothing on stderr. A rank's record
+    says ``"forbidden": False`` unless its target says otherwise (``reading.rank_results`` requires the key).
+    """
+    return_freed_memory()  # in the launcher too: the ranks inherit its heap, and would reuse its free chunks
+    if profiler:
+        warm_profiler()
+
+    def scenario(case: dict) -> dict:
+        found = run_on_ranks(target, case["world_size"], fn, case, timeout=timeout, quiet=quiet,
+                             gates=gates(case) if gates else None, peaks=bool(peaks and peaks(case)))
+        if "ranks" in found:
+            found["ranks"] = [{"forbidden": False, **r} if isinstance(r, dict) else r for r in found["ranks"]]
+        return found
+
+    return observation(salt, cases, scenario)

@@ -23,8 +23,9 @@ from tqdm.auto import tqdm
 from ..authoring.course import Course, load_course
 from ..exercises import get_exercise
 from ..selfcheck.fingerprint import code_fingerprint, grader_code
-from .grading import Row, grade_submission, reference_observations
-from .report import write_atomic, write_reports
+from .grading import Row, SubmittedNotebook, grade_submission, read_notebooks, reference_observations
+from .outputs import load_state, save_run, save_state
+from .report import write_reports
 from .sandbox.sandbox import Sandbox
 from .submissions import Submission, discover, submitted_notebooks
 
@@ -96,7 +97,6 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
     exercises = [e for n in wanted for e in course.notebooks[n].exercises]
     references = reference_observations(course, exercises, sandbox, salt)
     reference_s = time.perf_counter() - started
-    state = out / ".state"
     version = _grader_version(references, sandbox, timeout)
     serialised = ("rank exercises graded one student at a time, with no other worker alive (every worker runs as the "
                   "grader's uid; grade as root, or give the grader's user subordinate uids in /etc/subuid and "
@@ -106,10 +106,13 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
                            serialised=serialised,
                            devices=sandbox.devices.describe(),
                            scenarios="held-out" if salt is None else "public" if salt == 0 else f"salt {salt}")
+    reading = time.perf_counter()
+    notebooks = {sub.student: _read_notebooks(sub, course, wanted) for sub in submissions}  # once: grading, similarity
+    read_s = time.perf_counter() - reading
     rows_by_student: dict[str, list[Row]] = {}
     todo = []
     for sub in submissions:
-        saved = _load_state(state, sub, version, wanted)
+        saved = _load_state(out, sub, version, wanted)
         if isinstance(saved, list):
             rows_by_student[sub.student] = saved
             summary.resumed += 1
@@ -117,10 +120,11 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
             summary.regraded += saved == "stale"
             todo.append(sub)
 
-    phases = {"reference_s": reference_s, "parse_s": 0.0, "run_s": 0.0, "verdict_s": 0.0, "worker_peak_mib": 0.0}
+    phases = {"reference_s": reference_s, "parse_s": read_s, "run_s": 0.0, "verdict_s": 0.0, "worker_peak_mib": 0.0}
     bar = tqdm(total=len(todo), desc="grading", unit="student", disable=not progress)
-    for sub, (rows, timings) in _grade_all(todo, course, wanted, references, sandbox, timeout, jobs, dask_address):
-        _save_state(state, sub, version, wanted, rows)
+    for sub, (rows, timings) in _grade_all(todo, course, wanted, references, sandbox, timeout, jobs, dask_address,
+                                           notebooks):
+        save_state(out, sub.student, {"fingerprint": sub.fingerprint(), "version": version, "wanted": wanted}, rows)
         rows_by_student[sub.student] = rows
         for key, value in timings.items():
             phases[key] = max(phases[key], value) if key == "worker_peak_mib" else phases[key] + value
@@ -139,45 +143,43 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
     summary.seconds = time.perf_counter() - started
     phases["grader_peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the shared process
     summary.phases = {k: round(v, 2) for k, v in phases.items()}
-    write_atomic(out / "run.json", json.dumps(asdict(summary), indent=2) + "\n")
+    save_run(out, asdict(summary))
     from .class_report import write_for_run  # the class report (matplotlib, jinja2) only once the grades are safe
 
-    summary.problems += write_for_run(out, all_rows, exercises, asdict(summary), submissions, course, wanted)
+    summary.problems += write_for_run(out, all_rows, exercises, asdict(summary), notebooks, course, wanted)
     return all_rows, summary
 
 
-def _grade_all(todo, course, wanted, references, sandbox, timeout, jobs, dask_address):
+def _read_notebooks(sub: Submission, course: Course, wanted: list[str]) -> dict[str, SubmittedNotebook] | None:
+    """What the submission's notebooks hold, or None when reading them fails in the grader's own code: grading the
+    student then meets the failure again and turns it into that student's rows (grading.grade_submission)."""
+    try:
+        return read_notebooks(sub, course, wanted)
+    except Exception:  # a grader bug this submission triggers must cost only this student's grade
+        return None
+
+
+def _grade_all(todo, course, wanted, references, sandbox, timeout, jobs, dask_address, notebooks):
     """Yield (submission, (rows, timings)) as students finish, on local threads or a Dask cluster."""
     if dask_address:
         from .cluster import grade_on_dask
 
-        yield from grade_on_dask(dask_address, todo, course, wanted, references, sandbox, timeout)
+        yield from grade_on_dask(dask_address, todo, course, wanted, references, sandbox, timeout, notebooks)
         return
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        futures = {pool.submit(grade_submission, sub, course, wanted, references, sandbox, timeout): sub
+        futures = {pool.submit(grade_submission, sub, course, wanted, references, sandbox, timeout,
+                               notebooks[sub.student]): sub
                    for sub in todo}
         for future in as_completed(futures):
             yield futures[future], future.result()
 
 
-def _state_file(state: Path, sub: Submission) -> Path:
-    return state / (hashlib.sha256(sub.student.encode("utf-8", "surrogateescape")).hexdigest()[:24] + ".json")
-
-
-def _load_state(state: Path, sub: Submission, version: str, wanted: list[str]) -> list[Row] | str | None:
+def _load_state(out: Path, sub: Submission, version: str, wanted: list[str]) -> list[Row] | str | None:
     """The saved rows, or "stale" (saved under another grader version, isolation or limits), or None."""
-    try:
-        saved = json.loads(_state_file(state, sub).read_text())
-        if saved["fingerprint"] != sub.fingerprint() or saved["wanted"] != wanted:
-            return None
-        if saved["version"] != version:
-            return "stale"
-        return [Row(**r) for r in saved["rows"]]
-    except (OSError, ValueError, KeyError, TypeError):
+    found = load_state(out, sub.student)
+    if found is None:
         return None
-
-
-def _save_state(state: Path, sub: Submission, version: str, wanted: list[str], rows: list[Row]) -> None:
-    write_atomic(_state_file(state, sub), json.dumps({
-        "student": sub.student, "fingerprint": sub.fingerprint(), "version": version, "wanted": wanted,
-        "rows": [asdict(r) for r in rows]}))
+    saved, rows = found
+    if saved.get("fingerprint") != sub.fingerprint() or saved.get("wanted") != wanted:
+        return None
+    return "stale" if saved.get("version") != version else rows

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .escape import strip_controls
 from .grading import Row
-from .report import _csv, write_atomic
+from .outputs import REPORT_HTML, REPORT_TABLES, SIMILAR, csv_text, load_rows, load_run, save_rows, write_atomic
 from .similarity import Pair
 
 TEMPLATE = Path(__file__).with_name("class_report.html.j2")
@@ -64,15 +64,6 @@ class ClassReport:
     run: dict
     totals: list[float]          # percent per student
     drawn_s: float = 0.0
-
-
-def load_rows(out: Path) -> tuple[list[Row], list[str]]:
-    data = json.loads((out / "results.json").read_text())
-    return [Row(**r) for r in data["rows"]], list(data["exercises"])
-
-
-def save_rows(out: Path, rows: list[Row], exercises: list[str]) -> None:
-    write_atomic(out / "results.json", json.dumps({"exercises": exercises, "rows": [asdict(r) for r in rows]}) + "\n")
 
 
 def build(rows: list[Row], exercises: list[str], run: dict, pairs: list[dict]) -> ClassReport:
@@ -228,32 +219,32 @@ def plots(report: ClassReport) -> dict[str, str]:
 
 def csvs(report: ClassReport) -> dict[str, str]:
     return {
-        "exercises.csv": _csv(["exercise", "notebook", "max_score", "graded", "ungraded", "mean", "full_marks", "zero"],
+        "exercises.csv": csv_text(["exercise", "notebook", "max_score", "graded", "ungraded", "mean", "full_marks", "zero"],
                               [[e.name, e.notebook, f"{e.max_score:g}", len(e.scores), e.ungraded, f"{e.mean:.2f}",
                                 e.full, e.zero] for e in report.exercises]),
-        "checks.csv": _csv(["exercise", "check", "points", "passed", "graded", "pass_rate"],
+        "checks.csv": csv_text(["exercise", "check", "points", "passed", "graded", "pass_rate"],
                            [[e.name, c["title"], f"{c['points']:g}", c["passed"], c["total"], f"{c['rate']:.3f}"]
                             for e in report.exercises for c in e.checks]),
-        "mistakes.csv": _csv(["exercise", "cause", "students_count", "students", "what"],
+        "mistakes.csv": csv_text(["exercise", "cause", "students_count", "students", "what"],
                              [[e.name, m["id"], m["count"], " ".join(m["students"]), m["did"]]
                               for e in report.exercises for m in e.mistakes]),
-        "attention.csv": _csv(["student", "name", "total", "max_total", "why"],
+        "attention.csv": csv_text(["student", "name", "total", "max_total", "why"],
                               [[a["student"], a["name"], f"{a['total']:g}", f"{a['max']:g}", " | ".join(a["why"])]
                                for a in report.attention]),
-        "review.csv": _csv(["student", "name", "exercise", "finding"],
+        "review.csv": csv_text(["student", "name", "exercise", "finding"],
                            [[r["student"], r["name"], r["exercise"], r["finding"]] for r in report.review]),
         "similar.csv": similar_csv(report.similar),
     }
 
 
 def similar_csv(pairs: list[dict]) -> str:
-    return _csv(["exercise", "student_a", "student_b", "similarity", "shared_fingerprints"],
+    return csv_text(["exercise", "student_a", "student_b", "similarity", "shared_fingerprints"],
                 [[p["exercise"], p["a"], p["b"], f"{p['similarity']:.3f}", p["shared"]] for p in pairs])
 
 
 def read_similar(out: Path) -> list[dict]:
     try:
-        with open(out / "similar.csv", newline="", encoding="utf-8") as f:
+        with open(out / SIMILAR, newline="", encoding="utf-8") as f:
             return [{"exercise": r["exercise"], "a": r["student_a"], "b": r["student_b"],
                      "similarity": float(r["similarity"]), "shared": int(r["shared_fingerprints"])}
                     for r in csv.DictReader(f)]
@@ -277,23 +268,24 @@ def write_class_report(out: Path, rows: list[Row], exercises: list[str], run: di
         save_rows(out, rows, exercises)
         if pairs is not None:
             pairs = [asdict(p) if isinstance(p, Pair) else p for p in pairs]
-            write_atomic(out / "similar.csv", similar_csv(pairs))
+            write_atomic(out / SIMILAR, similar_csv(pairs))
         report = build(rows, exercises, run, pairs if pairs is not None else read_similar(out))
         for name, text in csvs(report).items():
-            write_atomic(out / "report" / name, text)
+            write_atomic(out / REPORT_TABLES / name, text)
         drawn = plots(report)
         report.drawn_s = time.perf_counter() - started
-        write_atomic(out / "report.html", render(report, drawn))
+        write_atomic(out / REPORT_HTML, render(report, drawn))
     except Exception as exc:  # the grades are written already: a report that fails must not lose them
         return [f"the class report ({type(exc).__name__}: {exc})"]
     return []
 
 
-def write_for_run(out: Path, rows: list[Row], exercises: list[str], run: dict, submissions, course,
+def write_for_run(out: Path, rows: list[Row], exercises: list[str], run: dict, notebooks: dict, course,
                   wanted: list[str]) -> list[str]:
-    """The end of a grading run: similar submissions found in the class, then the report."""
+    """The end of a grading run: similar submissions found in the class (from the cells the run read,
+    ``notebooks``: student → ``grading.read_notebooks``), then the report."""
     try:
-        pairs = similar_in_class(submissions, course, wanted)
+        pairs = similar_in_class(notebooks, course, wanted)
     except Exception as exc:  # a report problem never costs the grades
         return [f"similar submissions ({type(exc).__name__}: {exc})"] + write_class_report(out, rows, exercises, run, [])
     return write_class_report(out, rows, exercises, run, pairs)
@@ -303,38 +295,31 @@ def report_from_out(out: Path, submissions: Path | None = None) -> list[str]:
     """``python -m autograder report OUT``: the class report again from a graded OUT folder (similar submissions
     recomputed when the submissions are given, else read from OUT/similar.csv)."""
     rows, exercises = load_rows(out)
-    try:
-        run = json.loads((out / "run.json").read_text())
-    except (OSError, ValueError):
-        run = {}
+    run = load_run(out)
     pairs = None
     if submissions is not None:
         from ..authoring.course import load_course
+        from .grading import read_notebooks
         from .submissions import discover
 
         course = load_course()
-        pairs = similar_in_class(discover(submissions, course), course, sorted({r.notebook for r in rows}))
+        wanted = sorted({r.notebook for r in rows})
+        notebooks = {sub.student: read_notebooks(sub, course, wanted) for sub in discover(submissions, course)}
+        pairs = similar_in_class(notebooks, course, wanted)
     return write_class_report(out, rows, exercises, run, pairs)
 
 
-def similar_in_class(submissions, course, wanted: list[str]) -> list[Pair]:
-    """Similar pairs of exercise cells across the class (``similarity.py``), the released scaffold subtracted."""
-    from .notebook import NotebookProblem, exercise_cells
+def similar_in_class(notebooks: dict, course, wanted: list[str]) -> list[Pair]:
+    """Similar pairs of exercise cells across the class (``similarity.py``), the released scaffold subtracted.
+    ``notebooks``: student → what ``grading.read_notebooks`` found (None where reading failed)."""
     from .similarity import similar_pairs
-    from .submissions import match_notebooks
 
     cells: dict[str, dict[str, str]] = defaultdict(dict)
-    for sub in submissions:
-        for name, (path, _) in match_notebooks(sub, course, wanted).items():
-            if path is None:
-                continue
-            try:
-                found = exercise_cells(sub.notebook(path), course.notebooks[name])
-            except NotebookProblem:
-                continue
-            for exercise, code in found.items():
+    for student, found in notebooks.items():
+        for notebook in (found or {}).values():
+            for exercise, code in notebook.cells.items():
                 if isinstance(code, str):
-                    cells[exercise][sub.student] = code
+                    cells[exercise][student] = code
     return similar_pairs(cells, released_cells(course, wanted))
 
 

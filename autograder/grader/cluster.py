@@ -21,11 +21,13 @@ def _remote_sandbox(enabled: bool, limits: Limits, uid, cuda: bool) -> Sandbox:
     return sandbox
 
 
-def _grade_remote(sub, course, wanted, references, enabled: bool, limits: Limits, uid, timeout, cuda: bool = False):
-    return grade_submission(sub, course, wanted, references, _remote_sandbox(enabled, limits, uid, cuda), timeout)
+def _grade_remote(sub, course, wanted, references, enabled: bool, limits: Limits, uid, timeout, cuda: bool = False,
+                  notebooks=None):
+    return grade_submission(sub, course, wanted, references, _remote_sandbox(enabled, limits, uid, cuda), timeout,
+                            notebooks)
 
 
-def grade_on_dask(address: str, todo, course, wanted, references, sandbox: Sandbox, timeout):
+def grade_on_dask(address: str, todo, course, wanted, references, sandbox: Sandbox, timeout, notebooks=None):
     """Yield (submission, (rows, timings)) as the cluster finishes them. ``address="local"`` starts a local cluster."""
     from distributed import Client, LocalCluster, as_completed
 
@@ -34,7 +36,8 @@ def grade_on_dask(address: str, todo, course, wanted, references, sandbox: Sandb
     client = Client(cluster or address)
     try:
         futures = {client.submit(_grade_remote, sub, course, wanted, references, sandbox.mode != "off",
-                                 sandbox.limits, sandbox.uid, timeout, sandbox.devices.cuda, pure=False, key=f"grade-{i}"): sub
+                                 sandbox.limits, sandbox.uid, timeout, sandbox.devices.cuda,
+                                 (notebooks or {}).get(sub.student), pure=False, key=f"grade-{i}"): sub
                    for i, sub in enumerate(todo)}
         for future in as_completed(futures):
             yield futures[future], future.result()

@@ -46,18 +46,44 @@ class Row:
     CSV_FIELDS = ("student", "notebook", "exercise", "score", "max_score", "feedback", "name", "cause")
 
 
+@dataclass
+class SubmittedNotebook:
+    """One wanted notebook of a submission, read once a run: grading and the class report's similarity both use it."""
+    path: str | None                           # where it is in the submission; None: not found
+    note: str                                  # for the student (a notebook graded under another file name, ...)
+    cells: dict[str, str | NotebookProblem]    # per exercise: the student's cell, or why it cannot be graded
+
+
+def read_notebooks(submission: Submission, course: Course, wanted: list[str]) -> dict[str, SubmittedNotebook]:
+    """Each wanted notebook's exercise cells (``notebook.exercise_cells``); a notebook that cannot be read or is
+    missing gives every exercise of it that problem."""
+    found = {}
+    for name, (path, note) in match_notebooks(submission, course, wanted).items():
+        spec = course.notebooks[name]
+        try:
+            if path is None:
+                raise NotebookProblem(note)
+            cells = exercise_cells(submission.notebook(path), spec)
+        except NotebookProblem as problem:
+            cells = {exercise: problem for exercise in spec.exercises}
+        found[name] = SubmittedNotebook(path, note, cells)
+    return found
+
+
 def _clean(text: str) -> str:
     """Same input, same file: drop memory addresses that differ from run to run."""
     return ADDRESS.sub("0x…", text)
 
 
 def grade_submission(submission: Submission, course: Course, wanted: list[str], references: dict[str, dict],
-                     sandbox: Sandbox, timeout: float | None = None) -> tuple[list[Row], dict]:
-    """All rows of one student (one per exercise of every wanted notebook) and phase timings.
+                     sandbox: Sandbox, timeout: float | None = None,
+                     notebooks: dict[str, SubmittedNotebook] | None = None) -> tuple[list[Row], dict]:
+    """All rows of one student (one per exercise of every wanted notebook) and phase timings. ``notebooks``: what
+    ``read_notebooks`` found in the submission, when the caller has read it already.
 
     Never raises: whatever goes wrong for this student becomes this student's rows, so the batch goes on."""
     try:
-        return _grade_submission(submission, course, wanted, references, sandbox, timeout)
+        return _grade_submission(submission, course, wanted, references, sandbox, timeout, notebooks)
     except Exception as exc:  # a grader bug this submission triggers: it must cost only this student's grade
         reason = (f"The grader failed on this submission ({type(exc).__name__}); your instructor has the details "
                   "and will grade it by hand.")
@@ -67,24 +93,21 @@ def grade_submission(submission: Submission, course: Course, wanted: list[str], 
         return rows, {"parse_s": 0.0, "run_s": 0.0, "verdict_s": 0.0, "worker_peak_mib": 0.0}
 
 
-def _grade_submission(submission, course, wanted, references, sandbox, timeout):
+def _grade_submission(submission, course, wanted, references, sandbox, timeout, notebooks):
     started = time.perf_counter()
     rows: dict[tuple[str, str], Row] = {}
     tasks: list[Task] = []
     notes: dict[str, str] = {}
     reviews: dict[tuple[str, str], list[str]] = {}
-    for name, (path, note) in match_notebooks(submission, course, wanted).items():
+    if notebooks is None:
+        notebooks = read_notebooks(submission, course, wanted)
+    for name, found in notebooks.items():
         spec = course.notebooks[name]
-        notes[name] = note
-        try:
-            if path is None:
-                raise NotebookProblem(note)
-            cells = exercise_cells(submission.notebook(path), spec)
-        except NotebookProblem as problem:
-            cells = {exercise: problem for exercise in spec.exercises}
-        for exercise, code in cells.items():
+        notes[name] = found.note
+        for exercise, code in found.cells.items():
             if isinstance(code, NotebookProblem):
-                rows[(name, exercise)] = _ungraded(submission, name, exercise, (note if path else "") + str(code))
+                rows[(name, exercise)] = _ungraded(submission, name, exercise,
+                                                   (found.note if found.path else "") + str(code))
                 continue
             reviews[(name, exercise)] = [str(f) for f in audit(code)]
             setup = [(f"setup cell of {name}", c) for c in spec.setup_code]

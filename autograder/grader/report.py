@@ -6,35 +6,16 @@ have chosen (ids, names, file names, messages, printed output) goes through ``es
 into a file: no formula, escape sequence, Markdown or HTML of theirs survives. Feedback files are named
 ``<readable prefix>-<hash of the student id>``; ``feedback/index.csv`` says whose is which.
 """
-import csv
 import html
-import io
-import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 from ..exercises.diagnosis import Diagnosis
 from ..exercises.feedback import Section, consequence_line, explained_line, sections
 from ..exercises.protocol import CheckResult
-from .escape import csv_cell, file_stem, md_code, md_text, strip_controls
+from .escape import file_stem, md_code, md_text, strip_controls
 from .grading import Row
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:40]}.")
-    with os.fdopen(fd, "w", newline="", encoding="utf-8", errors="replace") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def _csv(header: list[str], rows: list[list]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([csv_cell(h) for h in header])
-    writer.writerows([[csv_cell(cell) for cell in row] for row in rows])
-    return buffer.getvalue()
+from .outputs import FEEDBACK, GRADES, SUMMARY, csv_text, write_atomic
 
 
 def _number(x: float) -> str:
@@ -42,7 +23,7 @@ def _number(x: float) -> str:
 
 
 def grades_csv(rows: list[Row]) -> str:
-    return _csv(list(Row.CSV_FIELDS), [[r.student, r.notebook, r.exercise, _number(r.score), _number(r.max_score),
+    return csv_text(list(Row.CSV_FIELDS), [[r.student, r.notebook, r.exercise, _number(r.score), _number(r.max_score),
                                         r.feedback, r.name, r.cause] for r in rows])
 
 
@@ -62,7 +43,7 @@ def summary_csv(rows: list[Row], exercises: list[str]) -> str:
         table.append([student, names[student]] + [_number(by_student[student].get(e, 0.0)) for e in exercises]
                      + [_number(got), _number(max_total), f"{100 * got / max_total:.1f}" if max_total else "0.0"])
     header = ["student", "name"] + [f"{e} ({_number(maxima[e])})" for e in exercises] + ["total", "max_total", "percent"]
-    return _csv(header, table)
+    return csv_text(header, table)
 
 
 def _sections(row: Row) -> list[Section]:
@@ -167,8 +148,8 @@ def feedback_name(student: str) -> str:
 
 def write_reports(out: Path, rows: list[Row], exercises: list[str]) -> list[str]:
     """Write every report; returns problems (a file that could not be written), never stops half-way."""
-    write_atomic(out / "grades.csv", grades_csv(rows))
-    write_atomic(out / "summary.csv", summary_csv(rows, exercises))
+    write_atomic(out / GRADES, grades_csv(rows))
+    write_atomic(out / SUMMARY, summary_csv(rows, exercises))
     by_student = defaultdict(list)
     for r in rows:
         by_student[r.student].append(r)
@@ -177,9 +158,9 @@ def write_reports(out: Path, rows: list[Row], exercises: list[str]) -> list[str]
         stem = feedback_name(student)
         index.append([student, by_student[student][0].name, f"{stem}.md", f"{stem}.html"])
         try:
-            write_atomic(out / "feedback" / f"{stem}.md", feedback_markdown(student, by_student[student]))
-            write_atomic(out / "feedback" / f"{stem}.html", feedback_html(student, by_student[student]))
+            write_atomic(out / FEEDBACK / f"{stem}.md", feedback_markdown(student, by_student[student]))
+            write_atomic(out / FEEDBACK / f"{stem}.html", feedback_html(student, by_student[student]))
         except OSError as exc:
             problems.append(f"feedback for {student!r}: {exc}")
-    write_atomic(out / "feedback" / "index.csv", _csv(["student", "name", "markdown", "html"], index))
+    write_atomic(out / FEEDBACK / "index.csv", csv_text(["student", "name", "markdown", "html"], index))
     return problems

@@ -46,18 +46,18 @@ def grader_code() -> list[Path]:
 
 def exercise_code(package: str) -> list[Path]:
     """What one exercise's observations and scores depend on: its own package and the shared exercise modules
-    (wording-only ones left out), and the coursekit modules its observer imports, followed through coursekit."""
+    (wording-only ones left out), and the coursekit modules any of them imports, followed through coursekit."""
     own = EXERCISES.joinpath(*package.split(".")[2:])
     shared = [p for p in EXERCISES.glob("*.py") if p.name not in WORDING_ONLY]
     files = shared + [p for p in own.glob("*.py") if p.name not in WORDING_ONLY]
-    return files + _coursekit_imports(own / "observe.py")
+    return files + _coursekit_imports(files)
 
 
-def _coursekit_imports(start: Path) -> list[Path]:
+def _coursekit_imports(starts: list[Path]) -> list[Path]:
     folder = coursekit_folder()
-    if folder is None or not start.exists():
+    if folder is None:
         return []
-    found, todo = set(), [start]
+    found, todo = set(), list(starts)
     while todo:
         path = todo.pop()
         for name in _imported(path, inside_coursekit=path.is_relative_to(folder)):

@@ -84,19 +84,6 @@ def calls_per_step(ranks: list[dict]) -> list[list[int]]:
     return [[[e[2] for e in s["events"] if e[0] == "issue"] for s in r["steps"]] for r in ranks]
 
 
-def in_flight_while_computing(events: list) -> int:
-    """How many gradients became ready while some all-reduce was issued and not yet waited for."""
-    outstanding, count = set(), 0
-    for event in events:
-        if event[0] == "issue":
-            outstanding.add(event[1])
-        elif event[0] == "wait":
-            outstanding.discard(event[1])
-        elif event[0] == "ready" and outstanding:
-            count += 1
-    return count
-
-
 # ---- the checks ----------------------------------------------------------------------------
 
 def check_one_bucket(student, reference):

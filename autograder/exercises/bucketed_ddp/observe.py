@@ -1,5 +1,4 @@
 """Observing ``BucketedDDP`` on real ranks: a seeded training loop, instrumented by the grader."""
-import warnings
 
 import torch
 import torch._dynamo  # noqa: F401  torch.optim and DDP import it lazily (3–6 s): here, once, not in every forked rank
@@ -149,7 +148,6 @@ def gates_of(c: dict):
 
 def student_rank(rank: int, world_size: int, cls, c: dict) -> dict:
     """One rank of a data-parallel training loop with the student's wrapper, instrumented."""
-    warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
     if c["model"] == "gated":
         return overlap_rank(rank, world_size, cls, c)
     instrument = Instrument()
@@ -176,7 +174,6 @@ def student_rank(rank: int, world_size: int, cls, c: dict) -> dict:
 def ddp_rank(rank: int, world_size: int, c: dict) -> dict | None:
     """The same training with torch's DistributedDataParallel: the ground truth (rank 0's; every rank holds the
     same averaged gradients and parameters)."""
-    warnings.simplefilter("ignore")
     model = make_model(c, rank)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=c["bucket_size_mb"],
                                               find_unused_parameters=c["model"] == "special")

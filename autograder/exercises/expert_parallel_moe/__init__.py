@@ -21,28 +21,15 @@ the forward and two in the backward, no all-gather / all-reduce / broadcast / po
 read on 2 and 3 ranks) lives in the student's process (issue 25: a replaced record): it shapes the feedback, and the
 method check earns its points only when the bytes on the loopback agree. The ``traffic`` scenario: 4 ranks, 4
 experts (1 per rank), 128, 96, 160 and 128 tokens of d = 128, experts Linear–Tanh–Linear of hidden width 1024
-(each expert larger than all the tokens: moving the weights instead costs about 45× the bytes), the same sizes for
-every salt, no profiler (a per-token loop under it takes seconds). The rank
-records the sum of every row of its output and its experts' gradient checksums (the evidence, compared
-with the dense MoE's). All-to-alls send each token that leaves its rank four times (dispatch and combine, forward
-and backward): about 3·|tokens| here. Every gather sends about N times that or more: all tokens to every rank
-((N−1)·|tokens|), their outputs back (an all-reduce or a reduce-scatter, which gloo runs as an all-reduce), and the
-same in the backward. A submission passes when the scenario's ``lo_bytes`` are within 2× of the reference's either way
-(halfway, geometrically, between the all-to-alls and the thriftiest gather). Measured (2-core CPU, torch 2.13.0+cpu,
-2026-12-06, load 12; bytes on the loopback over the scenario, all ranks, as a multiple of the reference's):
-
-    =======================================================================  ==========
-    traffic scenario                                                          x ref.
-    =======================================================================  ==========
-    torch's autograd all_to_all_single, expert ids sent along                 0.98
-    list all_to_all padded to the largest count                               1.50
-    dispatch outside autograd (no backward all-to-alls)                       0.50
-    all-gather of the tokens + all-reduce of the outputs (record forged too)  6.2
-    all-gather of the tokens + reduce-scatter of the outputs                  6.0
-    the experts' weights moved to the tokens, padded by zeros (issue 37)      47
-    =======================================================================  ==========
-
-The reference's observation takes 2.2 s at load 12 (2.6–3.0 s with the earlier thin experts and d = 2048).
+(each expert larger than all the tokens, so that moving the experts instead of the tokens costs far more: issue 37),
+the same sizes for every salt, no profiler (a per-token loop under it takes seconds). The rank records the sum of
+every row of its output and its experts' gradient checksums (the evidence, compared with the dense MoE's).
+All-to-alls send each token that leaves its rank four times (dispatch and combine, forward and backward): about
+3·|tokens| here. Every gather sends about N times that or more: all tokens to every rank ((N−1)·|tokens|), their
+outputs back (an all-reduce or a reduce-scatter, which gloo runs as an all-reduce), and the same in the backward. A
+submission passes when the scenario's ``lo_bytes`` are within 2× of the reference's either way (halfway,
+geometrically, between the all-to-alls and the thriftiest gather). What each style measured, and what the scenario
+costs: ``docs/method-evidence.md``.
 """
 from ..protocol import Check, Exercise
 from . import cases, checks

@@ -1,7 +1,5 @@
 """Observing ``ExpertParallelMoE`` on real ranks: each rank draws only its own tokens."""
 import math
-import os
-import warnings
 
 import torch
 from torch import nn
@@ -9,7 +7,7 @@ from torch import nn
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
 from ..observing import float32_data, tensor_data
-from ..ranks import observe_on_ranks, return_freed_memory, student_call
+from ..ranks import observe_on_ranks, student_call
 from .cases import IDLE, SKEW, cases
 
 
@@ -136,8 +134,6 @@ def moe_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     backward of this rank's tokens, measured."""
     from torch.profiler import ProfilerActivity, profile
 
-    warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr, and so would
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # gloo's own abort message on mismatched split sizes
     router, experts = make_layers(case, rank)
     x, upstream = rank_tokens(case, rank)
     x.requires_grad_(True)
@@ -146,32 +142,23 @@ def moe_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     if case["measure_traffic"]:  # measured from outside: no profiler (a per-token loop under it takes seconds)
         y = student_call(checked_output, student_call(module, x), x)
         student_call((y * upstream).sum().backward)
-        return {"forbidden": False, **fingerprint(y, experts[rank * per_rank:(rank + 1) * per_rank])}
+        return fingerprint(y, experts[rank * per_rank:(rank + 1) * per_rank])
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as forward_prof:
         y = student_call(module, x)
     y = student_call(checked_output, y, x)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as backward_prof:
         student_call((y * upstream).sum().backward)
     router_grads = [p.grad for p in router.parameters()]
-    return {"forbidden": False, "output": tensor_data(y), "x_grad": None if x.grad is None else tensor_data(x.grad),
+    return {"output": tensor_data(y), "x_grad": None if x.grad is None else tensor_data(x.grad),
             "expert_grads": [expert_grads(experts[e]) for e in range(rank * per_rank, (rank + 1) * per_rank)],
             "router_grad": None if any(g is None for g in router_grads)
             else [v for g in router_grads for v in tensor_data(g)],
             "forward": collectives(forward_prof), "backward": collectives(backward_prof)}
 
 
-def warm_profiler() -> None:
-    """The profiler's first start costs about 1.5 s; once here, not in every forked rank."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
-        torch.zeros(1).add_(1)
-
-
 def observe(fn, *, salt: int = 0) -> dict:
-    return_freed_memory()  # here too: the ranks inherit this process's heap, and would reuse its free chunks
-    warm_profiler()
-    return observe_on_ranks(salt, cases(salt), moe_rank, fn)
+    # quiet: gloo's own abort message on mismatched split sizes would reach the notebook's stderr
+    return observe_on_ranks(salt, cases(salt), moe_rank, fn, profiler=True, quiet=True)
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:

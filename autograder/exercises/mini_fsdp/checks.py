@@ -17,11 +17,6 @@ def shard_bytes(c: dict) -> int:
     return sum(4 * math.ceil(n / c["world_size"]) for n in layer_numels(c))
 
 
-def full_layer_bytes(c: dict, layer: int) -> int:
-    itemsize = 2 if c["param_dtype"] else 4
-    return itemsize * math.ceil(layer_numels(c)[layer] / c["world_size"]) * c["world_size"]
-
-
 def matches_fsdp2(student, reference, key: str, rtol: float) -> str | None:
     c, want = case(reference, key), reference["fsdp2"][key]
     for rank, (got, ref) in enumerate(zip(ranks_of(student, reference, key), want)):

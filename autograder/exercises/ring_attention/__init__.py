@@ -33,27 +33,9 @@ records the first 4 columns of its output (the evidence). Two readings, both out
   (malloc_trim) and stops it at a gate (``SampleAtGates``), so the reading is exact; every rank must send at least
   N−1 times, each time holding at most 2 chunks more than the reference's ranks at theirs.
 
-Measured (2-core CPU, torch 2.13.0+cpu, load 4–7; MiB per rank; a chunk of K and V is 8 MiB):
-
-    ==================================================================  ===========  ==================
-    memory scenario                                                      peak         held at sends
-    ==================================================================  ===========  ==================
-    reference (running merge, K and V stacked, batch_isend_irecv)       48.2–50.1    24.1, 37.9, 38.0
-    isend/irecv online softmax; blocking send/recv                       40–52        24.0–37.7
-    scores in float64, exchange after computing                          47–50 (58*)  33.7, 45.7, 45.7
-    ring that keeps every chunk it received (a ring's record)            64.3–65.8    24.0, 37.7, 45.7
-    ring keeping every partial output in float64, merged at the end     126–132      44.0, 60.1, 68.1
-    all_gather, then merge chunk by chunk (no sends)                     74–84        —
-    all_gather and concatenate, SDPA (no sends)                          96.4–96.5    —
-    local attention only (no exchange)                                   21.7         —
-    ==================================================================  ===========  ==================
-
-    * with a launcher whose heap holds large free chunks (simulated): +1.0 chunk
-
-Keeping every partial output is as costly as a gather (an output of (c, d) is as large as a V chunk), so the exercise
-asks for a running merge and says so. The memory scenario takes 0.35–0.41 s on an idle machine (0.5–1.4 s at load
-4–7); one observation took 0.50 s (median 0.55) before, 0.65 s (0.98) after
-(side by side, the same machine, load 4–5; the fastest of 12, then the median).
+Keeping every partial output is as costly as a gather (an output of (c, d) is as large as a V chunk), so the
+exercise asks for a running merge and says so. What each style measured, and what the scenario costs:
+``docs/method-evidence.md``.
 """
 from ..protocol import Check, Exercise
 from . import cases, checks

@@ -1,7 +1,5 @@
 """Observing ``ring_attention`` on real ranks: each rank draws only its own chunk."""
 import math
-import os
-import warnings
 
 import torch
 
@@ -9,8 +7,8 @@ import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (K
 from coursekit.gpu_semantics import nccl_p2p_order
 
 from ..meter import SampleAtGates
-from ..observing import collective_counts, float32_data, observation, sketch, tensor_data
-from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call, trim_memory
+from ..observing import collective_counts, float32_data, sketch, tensor_data
+from ..ranks import ask_gate, observe_on_ranks, student_call, trim_memory
 from .cases import FINGERPRINT_COLUMNS, cases
 
 
@@ -88,8 +86,6 @@ def ring_rank(rank: int, world_size: int, fn, case: dict) -> dict:
     """One rank: its own chunk, the student's ring attention under no_grad, what it returned and sent."""
     from torch.profiler import ProfilerActivity, profile
 
-    warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr, and so would
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # gloo's own abort message on a message of the wrong size
     q, k, v = rank_chunk(case, rank)
     if not case["measure_memory"]:  # the memory scenario hands over its only copies: the launcher measures it
         q, k, v = q.clone(), k.clone(), v.clone()
@@ -105,7 +101,7 @@ def ring_rank(rank: int, world_size: int, fn, case: dict) -> dict:
     if case["measure_memory"]:  # too large to keep: a few columns (feedback) and a sketch of all of it (evidence)
         found["sketch"] = sketch(out, case["seed"])
         out = out[..., :FINGERPRINT_COLUMNS]
-    return {"forbidden": False, "output": float32_data(out), **found, "sends": log.sends, "recvs": log.recvs,
+    return {"output": float32_data(out), **found, "sends": log.sends, "recvs": log.recvs,
             "collectives": collective_counts(prof, leave_out=("send", "recv"))}
 
 
@@ -113,23 +109,14 @@ def _raise(exc: Exception):
     raise exc
 
 
-def warm_profiler() -> None:
-    """The profiler's first start costs about 1.5 s; once here, not in every forked rank."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]):
-        torch.zeros(1).add_(1)
-
-
-def run_case(fn, case: dict) -> dict:
-    gates = SampleAtGates(case["world_size"]) if case["measure_memory"] else None
-    return run_on_ranks(ring_rank, case["world_size"], fn, case, gates=gates, peaks=case["measure_memory"])
+def gates_of(case: dict):
+    return SampleAtGates(case["world_size"]) if case["measure_memory"] else None
 
 
 def observe(fn, *, salt: int = 0) -> dict:
-    return_freed_memory()  # here too: the ranks inherit this process's heap, and would reuse its free chunks
-    warm_profiler()
-    return observation(salt, cases(salt), lambda case: run_case(fn, case))
+    # quiet: gloo's own abort message on a message of the wrong size would reach the notebook's stderr
+    return observe_on_ranks(salt, cases(salt), ring_rank, fn, gates=gates_of, peaks=lambda case: case["measure_memory"],
+                            profiler=True, quiet=True)
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:

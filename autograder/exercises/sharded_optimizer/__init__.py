@@ -24,26 +24,11 @@ what it holds (``SampleAtGates``: RssAnon + RssShmem above the fork, meter.py). 
 2·P/N of AdamW state, an unsharded one 2·P. The reference observation measures, in the same batch and the same way,
 the reference (the threshold's floor) and the plain unsharded AdamW on every rank (its ceiling, and the checksums of
 the parameters after both steps: the truth, which every rank must hold, so that no rank saves memory by skipping
-work). A rank passes when it holds at most the reference's most plus half their difference. Measured (2-core CPU,
-torch 2.13.0+cpu, load 1.2–4):
-
-    =====================================================  ==========================  =============================
-    per rank, MiB above the fork                            held after steps 1, 2       peak over the scenario
-    =====================================================  ==========================  =============================
-    reference (greedy by size, broadcast)                   40.4, 40.4 (±0.1)            44–46
-    other per-tensor styles (async broadcasts)              40.4, 40.4                   44–46
-    flat shards + all_gather (a shard copy and its grad)    48.4, 48.5                   96.5
-    unsharded AdamW (truth), every_rank_steps_everything    64.4–66.3                    70–72
-    no sharding, balanced-looking state (issue 25)          64.4                         70–72
-    threshold                                               reference + 12–13
-    =====================================================  ==========================  =============================
-
-Why held between steps and not the peak: the flat style's all-gather needs full-size temporaries (its peak is above
-the unsharded one's), yet it keeps 1/N of the state; the gates read what a rank keeps. Why 4 ranks: a flat style
-keeps a copy of its shard and the shard's gradient (2·P/N more than the reference), which at 2 ranks is exactly the
-unsharded optimizer's extra. Cost: the memory scenario takes 0.3–0.4 s (4 ranks), the reference's unsharded run as
-much again; one observation took 0.28 s (median 0.37) before, 0.68 s (0.94) after
-(side by side, the same machine, load 4–5; the fastest of 12, then the median).
+work). A rank passes when it holds at most the reference's most plus half their difference. Why held between steps
+and not the peak: the flat style's all-gather needs full-size temporaries (its peak is above the unsharded one's),
+yet it keeps 1/N of the state; the gates read what a rank keeps. Why 4 ranks: a flat style keeps a copy of its shard
+and the shard's gradient (2·P/N more than the reference), which at 2 ranks is exactly the unsharded optimizer's
+extra. What each style measured, and what the scenario costs: ``docs/method-evidence.md``.
 
 Not allowed: using ``torch.distributed.optim.ZeroRedundancyOptimizer`` (as the class or inside it). The exercise
 is to write the sharding; the lesson measures torch's version next to the student's. Such a submission fails

@@ -1,6 +1,5 @@
 """Observing ``ShardedOptimizer`` on real ranks: the same seeded gradients on every rank, a few steps."""
 import sys
-import warnings
 from types import ModuleType
 
 import torch
@@ -8,8 +7,8 @@ import torch._dynamo  # noqa: F401  torch.optim imports it lazily (3–6 s): her
 from torch import nn
 
 from ..meter import SampleAtGates
-from ..observing import observation, tensor_data
-from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call, trim_memory
+from ..observing import tensor_data
+from ..ranks import ask_gate, observe_on_ranks, run_on_ranks, student_call, trim_memory
 from .cases import BATCH, HIDDEN, IN, LARGE_SHAPE, LARGE_TENSORS, OUT, cases
 
 OPTIMIZERS = {           # name: (class, keyword arguments)
@@ -146,7 +145,6 @@ def memory_rank(rank: int, world_size: int, cls, case: dict, unsharded: bool = F
     needed. Recorded here: every tensor's checksum (the evidence of real steps), and for feedback the state bytes.
     ``unsharded``: the plain optimizer instead of the student's class (the reference's measurement of the wrong
     method)."""
-    warnings.simplefilter("ignore")
     optimizer_cls, kwargs = OPTIMIZERS[case["optimizer"]]
     params = large_params(case)
     optimizer = optimizer_cls(params, **kwargs) if unsharded else \
@@ -169,7 +167,6 @@ def sharded_rank(rank: int, world_size: int, cls, case: dict, with_unsharded: bo
     optimizer on the same gradients (the ground truth)."""
     if case["model"] == "large":
         return memory_rank(rank, world_size, cls, case)
-    warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
     optimizer_cls, kwargs = OPTIMIZERS[case["optimizer"]]
     model = make_model(case)
     initial = tensors(model)
@@ -194,14 +191,12 @@ def reference_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     return sharded_rank(rank, world_size, cls, case, with_unsharded=True)
 
 
-def run_case(target, fn, case: dict) -> dict:
-    gates = SampleAtGates(case["world_size"]) if case["model"] == "large" else None
-    return run_on_ranks(target, case["world_size"], fn, case, gates=gates)
+def gates_of(case: dict):
+    return SampleAtGates(case["world_size"]) if case["model"] == "large" else None
 
 
 def observe(fn, *, salt: int = 0) -> dict:
-    return_freed_memory()  # here too: the ranks inherit this process's heap, and would reuse its free chunks
-    return observation(salt, cases(salt), lambda case: run_case(sharded_rank, fn, case))
+    return observe_on_ranks(salt, cases(salt), sharded_rank, fn, gates=gates_of)
 
 
 def unsharded_memory_rank(rank: int, world_size: int, cls, case: dict) -> dict:
@@ -211,14 +206,14 @@ def unsharded_memory_rank(rank: int, world_size: int, cls, case: dict) -> dict:
 def unsharded_memory(fn, case: dict) -> dict:
     """The memory scenario with the plain, unsharded optimizer on every rank, measured the same way: its
     checksums (the ground truth) and what its ranks hold between steps (the wrong method's, for the threshold)."""
-    found = run_case(unsharded_memory_rank, fn, case)
+    found = run_on_ranks(unsharded_memory_rank, case["world_size"], fn, case, gates=gates_of(case))
     if "error" in found:
         raise RuntimeError(f"the unsharded optimizer failed when {case['what']}: {found['error']}")
     return {"checksums": found["ranks"][0]["checksums"], "meter": found["meter"]}
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
-    result = observation(salt, cases(salt), lambda case: run_case(reference_rank, fn, case))
+    result = observe_on_ranks(salt, cases(salt), reference_rank, fn, gates=gates_of)
     for observed in result["scenarios"].values():
         if "ranks" not in observed:
             raise RuntimeError(f"the reference ShardedOptimizer failed when {observed['case']['what']}: "

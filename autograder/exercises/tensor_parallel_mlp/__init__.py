@@ -21,31 +21,14 @@ gradients, sliced per rank, which the checks compare with.
 Method ("one all-reduce each way"), measured outside the ranks. The profiler's count lives in the student's process
 (issue 25 replaced it: an all-gather TP scored 12/12), so the count checks earn their points only when the bytes on
 the loopback agree. The ``traffic`` scenario: 2 ranks, d_in = d_out = 64, h = 4096, a batch of 1024, the same sizes
-for every salt; between forward and backward each rank stops at a gate until all are there, and the launcher
-reads the loopback's transmit counter (``StopAllAtGates``): the forward's bytes are the reading when the last rank
-arrives (every forward done, no backward started), the backward's the rest of the scenario's ``lo_bytes``. Each pass must send
-within 1.5× of the reference's, measured the same way. Its evidence: every rank's first rows of the output (and,
-for the backward check, of x.grad) are the single-process MLP's. Measured in a network namespace of its own, as in
-the grader's sandbox (2-core CPU, torch 2.13.0+cpu, load 3.8–4.2; KiB sent on the loopback by both ranks, the
-forward's including 4–20 KiB of the process group's start; read then at the *first* rank's arrival, which could miss
-the other rank's last bytes: hence forwards under the 512 KiB of the all-reduce, fixed by StopAllAtGates):
-
-    =============================================================  ===========  ============  ==============
-    traffic scenario                                                forward      backward      x reference
-    =============================================================  ===========  ============  ==============
-    reference and the correct styles (all_reduce, async, addmm)     502–520      515–534       0.97–1.03
-    all-gather of h and of fc2's columns (forged count or not)      17,437       516           34, 1.0
-    all-gather of the weights, the whole MLP on every rank          2,075        0.4           4.0, 0.00
-    issue 25's full MLP with all_reduce(zeros(1))                    5.0          1.2           0.01
-    f and g as Megatron's, missing backward all-reduce              520          0.6           1.0, 0.00
-    =============================================================  ===========  ============  ==============
-
-An all-reduce of B values on 2 ranks sends 2·B·4 bytes (gloo's ring) plus about 0.3 KiB; a gather of the hidden
-activations sends (N−1)·batch·h·4, of the weights (N−1)·h·(d_in + d_out + 1)·4: 32× and 4× the all-reduce here
-(h / 2·d_out and h / batch). On a shared host the loopback also carries other processes' traffic (once, at load 7,
-another engineer's runs added 30 MB to a correct forward pass); the grader's sandbox has its own. The scenario
-costs 0.13–0.22 s (load 4); one observation took 0.17 s (median 0.21) before, 0.22 s (0.39) after
-(side by side, the same machine, load 4–5; the fastest of 12, then the median).
+for every salt; between forward and backward each rank stops at a gate until all are there, and the launcher reads
+the loopback's transmit counter (``StopAllAtGates``): the forward's bytes are the reading when the last rank arrives
+(every forward done, no backward started), the backward's the rest of the scenario's ``lo_bytes``. Each pass must
+send within 1.5× of the reference's, measured the same way. Its evidence: every rank's first rows of the output
+(and, for the backward check, of x.grad) are the single-process MLP's. An all-reduce of B values on 2 ranks sends
+2·B·4 bytes (gloo's ring) plus about 0.3 KiB; a gather of the hidden activations sends (N−1)·batch·h·4, of the
+weights (N−1)·h·(d_in + d_out + 1)·4: 32× and 4× the all-reduce here (h / 2·d_out and h / batch). What each style
+measured, and what the scenario costs: ``docs/method-evidence.md``.
 """
 from ..protocol import Check, Exercise
 from . import cases, checks

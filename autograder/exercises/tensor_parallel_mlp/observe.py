@@ -1,5 +1,4 @@
 """Observing ``TensorParallelMLP`` on real ranks; the grader's own count of collectives."""
-import warnings
 
 import torch
 from torch import nn
@@ -7,8 +6,8 @@ from torch import nn
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
 from ..meter import StopAllAtGates
-from ..observing import collective_counts, float32_data, observation, sketch, tensor_data
-from ..ranks import ask_gate, return_freed_memory, run_on_ranks, student_call
+from ..observing import collective_counts, float32_data, sketch, tensor_data
+from ..ranks import ask_gate, observe_on_ranks, student_call
 from .cases import FINGERPRINT_ROWS, cases
 
 
@@ -102,7 +101,6 @@ def tensor_parallel_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     pass (and of the process group's start). The gate is the grader's own, between the passes, so its factor is not needed."""
     from torch.profiler import ProfilerActivity, profile
 
-    warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
     fc1, fc2, x, upstream = make_problem(case, rank)
     module = student_call(cls, fc1, fc2)
     x.requires_grad_(True)
@@ -115,36 +113,25 @@ def tensor_parallel_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     with profile(activities=[ProfilerActivity.CPU]) as backward_prof:
         student_call((y * upstream).sum().backward)
     if case["measure_traffic"]:  # large: a fingerprint of the results, their sketches, and the counts (feedback)
-        return {"forbidden": False, "output": float32_data(y[:FINGERPRINT_ROWS]),
+        return {"output": float32_data(y[:FINGERPRINT_ROWS]),
                 "x_grad": None if x.grad is None else float32_data(x.grad[:FINGERPRINT_ROWS]),
                 "sketch": {"output": sketch(y, case["seed"]), "x_grad": None if x.grad is None else
                            sketch(x.grad, case["seed"])},
                 "forward": collective_counts(forward_prof), "backward": collective_counts(backward_prof)}
     shards = find_shards(module, case)
-    return {"forbidden": False, "output": tensor_data(y), "x_grad": None if x.grad is None else tensor_data(x.grad),
+    return {"output": tensor_data(y), "x_grad": None if x.grad is None else tensor_data(x.grad),
             "shards": {role: None if p is None else
                        {"value": tensor_data(p), "grad": None if p.grad is None else tensor_data(p.grad)}
                        for role, p in shards.items()},
             "forward": collective_counts(forward_prof), "backward": collective_counts(backward_prof)}
 
 
-def warm_profiler() -> None:
-    """The profiler's first start costs about 1.5 s; once here, not in every forked rank."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]):
-        torch.zeros(1).add_(1)
-
-
-def run_case(fn, case: dict) -> dict:
-    gates = StopAllAtGates(case["world_size"]) if case["measure_traffic"] else None
-    return run_on_ranks(tensor_parallel_rank, case["world_size"], fn, case, gates=gates)
+def gates_of(case: dict):
+    return StopAllAtGates(case["world_size"]) if case["measure_traffic"] else None
 
 
 def observe(fn, *, salt: int = 0) -> dict:
-    return_freed_memory()  # here too: the ranks inherit this process's heap, and would reuse its free chunks
-    warm_profiler()
-    return observation(salt, cases(salt), lambda case: run_case(fn, case))
+    return observe_on_ranks(salt, cases(salt), tensor_parallel_rank, fn, gates=gates_of, profiler=True)
 
 
 def traffic_truth(case: dict) -> dict:
