@@ -19,6 +19,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
                 'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
@@ -33,12 +47,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the gradients after backward: off',
+                'the gradients after backward: ×world_size',
             ),
             'places': (
                 'the gradients after backward @ overlap',
             ),
             'sizes': (
                 'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'all_reduce_only_after_backward': {
@@ -48,6 +64,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
+            ),
             'may': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
             ),
@@ -62,6 +92,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'never_resets_between_steps': {
@@ -70,6 +101,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
             ),
             'may': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
@@ -84,6 +129,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradients after backward @ overlap',
             ),
             'sizes': (
+                'the gradients after backward: larger',
                 'the gradients after backward: smaller',
             ),
         },
@@ -93,6 +139,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
             ),
             'may': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
@@ -124,6 +184,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ per_param',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after construction @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ per_param',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the parameters after construction @ rank 0',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -177,6 +254,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ per_param',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after construction @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ per_param',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the parameters after construction @ rank 0',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
                 'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
@@ -225,6 +319,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ per_param',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ per_param',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
                 'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
@@ -267,6 +379,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ three_ranks',
+                'the parameters after construction @ three_ranks',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the parameters after construction @ rank 0',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
             ),
@@ -277,6 +400,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the gradients after backward: off',
+                'the gradients after backward: ×world_size²',
                 'the parameters after construction: off',
                 'the parameters after training: off',
             ),
@@ -298,6 +422,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
+            ),
             'may': (
                 'One all-reduce per bucket, of the bucket size asked for',
             ),
@@ -313,6 +451,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'launches_bucket_at_its_first_gradient': {
@@ -326,6 +465,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 12',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -367,6 +523,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
+            ),
             'may': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
             ),
@@ -392,6 +562,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ special',
+                'the parameters after training @ special',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 2',
+            ),
             'may': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
             ),
@@ -409,6 +593,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after training @ special',
             ),
             'sizes': (
+                'the gradients after backward: larger',
             ),
         },
         'waits_forever_for_unused_parameter': {
@@ -417,6 +602,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
             ),
             'may': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
@@ -433,6 +632,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'rank_dependent_bucket_order': {
@@ -446,6 +646,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -1927,6 +2141,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
                 'Every rank holds the same parameters after every step()',
@@ -1955,6 +2173,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the parameters after each step',
+            ),
+            'certain_places': (
+                "the optimizer state's bytes on a rank @ adamw_two",
+                "the optimizer state's bytes on a rank @ few_params",
+                "the optimizer state's bytes on a rank @ groups",
+                "the optimizer state's bytes on a rank @ memory",
+                "the optimizer state's bytes on a rank @ sgd_three",
+                'the parameters after each step @ adamw_two',
+                'the parameters after each step @ few_params',
+                'the parameters after each step @ groups',
+                'the parameters after each step @ sgd_three',
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -1997,6 +2231,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the parameters after each step',
             ),
+            'certain_places': (
+                'the parameters after each step @ adamw_two',
+                'the parameters after each step @ groups',
+                'the parameters after each step @ sgd_three',
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 0",
+                "the optimizer state's bytes on a rank @ rank 1",
+                "the optimizer state's bytes on a rank @ rank 2",
+                "the optimizer state's bytes on a rank @ rank 3",
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
                 'Every rank holds the same parameters after every step()',
@@ -2030,6 +2278,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the parameters after each step',
             ),
+            'certain_places': (
+                'the parameters after each step @ adamw_two',
+                'the parameters after each step @ few_params',
+                'the parameters after each step @ groups',
+                'the parameters after each step @ sgd_three',
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 0",
+                "the optimizer state's bytes on a rank @ rank 1",
+                "the optimizer state's bytes on a rank @ rank 2",
+                "the optimizer state's bytes on a rank @ rank 3",
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
                 'Every rank holds the same parameters after every step()',
@@ -2060,6 +2323,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 "the optimizer state's bytes on a rank",
             ),
+            'certain_places': (
+                "the optimizer state's bytes on a rank @ adamw_two",
+                "the optimizer state's bytes on a rank @ few_params",
+                "the optimizer state's bytes on a rank @ groups",
+                "the optimizer state's bytes on a rank @ memory",
+                "the optimizer state's bytes on a rank @ sgd_three",
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                'the parameters after each step @ rank 0',
+                'the parameters after each step @ rank 1',
+                'the parameters after each step @ rank 2',
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
             ),
@@ -2087,6 +2365,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
             ),
@@ -2105,6 +2387,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 "the optimizer state's bytes on a rank",
+            ),
+            'certain_places': (
+                "the optimizer state's bytes on a rank @ adamw_two",
+                "the optimizer state's bytes on a rank @ groups",
+                "the optimizer state's bytes on a rank @ sgd_three",
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 3",
+                'the parameters after each step @ rank 0',
+                'the parameters after each step @ rank 1',
+                'the parameters after each step @ rank 2',
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -2133,6 +2429,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the parameters after each step',
             ),
+            'certain_places': (
+                'the parameters after each step @ groups',
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 0",
+                "the optimizer state's bytes on a rank @ rank 1",
+                "the optimizer state's bytes on a rank @ rank 2",
+                "the optimizer state's bytes on a rank @ rank 3",
+                'the parameters after each step @ rank 2',
+            ),
             'may': (
                 "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
             ),
@@ -2141,6 +2450,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the parameters after each step: off',
+                'the parameters after each step: one step early',
             ),
             'places': (
                 'the parameters after each step @ groups',
@@ -2154,6 +2464,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the parameters after each step',
+            ),
+            'certain_places': (
+                "the optimizer state's bytes on a rank @ groups",
+                'the parameters after each step @ groups',
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 2",
+                "the optimizer state's bytes on a rank @ rank 3",
+                'the parameters after each step @ rank 2',
             ),
             'may': (
                 "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
@@ -2180,6 +2502,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 0",
+                "the optimizer state's bytes on a rank @ rank 1",
+                "the optimizer state's bytes on a rank @ rank 2",
+                "the optimizer state's bytes on a rank @ rank 3",
+                'the parameters after each step @ rank 0',
+                'the parameters after each step @ rank 1',
+                'the parameters after each step @ rank 2',
+            ),
             'may': (
                 'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
             ),
@@ -2203,6 +2539,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -4742,6 +5082,25 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                'the first update of the parameters @ fp16_clipped',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ fp16_overflow',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ fp16_clipped',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ fp16_clipped',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the parameters after training @ fp16_clipped',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Final parameters match the reference in float16 with a GradScaler',
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
@@ -4795,6 +5154,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_clipped',
+                'the first update of the parameters @ fp16_default',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_clipped',
+                'the gradient norms @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_clipped',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_clipped',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -4852,6 +5228,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ eval_dropout',
+                'the gradient norms @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the parameters after training @ eval_dropout',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears the gradients every batch',
@@ -4965,6 +5349,39 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the loss scale',
                 'the scaler being enabled',
             ),
+            'certain_places': (
+                'other_updates @ given_scaler',
+                "the activations' dtypes @ bf16",
+                "the activations' dtypes @ eval_dropout",
+                "the activations' dtypes @ fp16_default",
+                "the activations' dtypes @ fp16_overflow",
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_default',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+                'the scaler being enabled @ fp16_default',
+                'the scaler being enabled @ fp16_overflow',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Final parameters match the reference in bfloat16',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -5053,6 +5470,30 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                "the activations' dtypes @ bf16",
+                "the activations' dtypes @ eval_dropout",
+                "the activations' dtypes @ fp16_default",
+                "the activations' dtypes @ fp16_overflow",
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Final parameters match the reference in bfloat16',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -5129,6 +5570,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                "the activations' dtypes @ bf16",
+                "the activations' dtypes @ eval_dropout",
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the gradient norms @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Final parameters match the reference in bfloat16',
                 'Honours the dtype argument (bfloat16 activations when asked)',
@@ -5171,6 +5625,16 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the loss scale',
                 'the scaler being enabled',
+            ),
+            'certain_places': (
+                "the activations' dtypes @ fp16_default",
+                'the first update of the parameters @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the loss scale @ fp16_default',
+                'the parameters after training @ fp16_default',
+                'the scaler being enabled @ fp16_default',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -5221,6 +5685,35 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ fp16_overflow',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+                "the parameters' dtypes @ bf16",
+                "the parameters' dtypes @ eval_dropout",
+                "the parameters' dtypes @ fp16_default",
+                "the parameters' dtypes @ fp16_overflow",
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5294,6 +5787,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the loss scale',
                 'the scaler being enabled',
             ),
+            'certain_places': (
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_clipped',
+                'the loss scale @ fp16_default',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the parameters after training @ fp16_overflow',
+                'the scaler being enabled @ fp16_clipped',
+                'the scaler being enabled @ fp16_default',
+                'the scaler being enabled @ fp16_overflow',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Keeps one GradScaler and updates it after every step',
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
@@ -5342,6 +5849,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5413,6 +5943,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Clears the gradients every batch',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -5440,6 +5974,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
@@ -5491,6 +6038,35 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_clipped',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_clipped',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ bf16',
+                'the number of optimizer steps @ eval_dropout',
+                'the number of optimizer steps @ fp16_clipped',
+                'the number of optimizer steps @ fp16_default',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_clipped',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5563,6 +6139,31 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'other_updates @ given_scaler',
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ given_scaler',
+                'the scaler used @ bf16',
+                'the scaler used @ eval_dropout',
+                'the scaler used @ fp16_default',
+                'the scaler used @ fp16_overflow',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5643,6 +6244,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Final parameters match the reference in bfloat16',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -5691,6 +6304,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
+            ),
+            'certain_places': (
+                'other_updates @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5799,6 +6419,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Clears the gradients every batch',
                 'Final parameters match the reference in bfloat16',
@@ -5848,6 +6480,26 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'stale gradients at backward @ bf16',
+                'stale gradients at backward @ eval_dropout',
+                'stale gradients at backward @ fp16_clipped',
+                'stale gradients at backward @ fp16_default',
+                'stale gradients at backward @ fp16_overflow',
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_overflow',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears the gradients every batch',
@@ -5907,6 +6559,16 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                'dropout being active @ eval_dropout',
+                'the first update of the parameters @ eval_dropout',
+                'the gradient norms @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                "the model's training mode @ eval_dropout",
+                'the parameters after training @ eval_dropout',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Puts the model in training mode',
             ),
@@ -5946,6 +6608,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned model',
                 'the returned type',
             ),
+            'certain_places': (
+                'the returned model @ bf16',
+                'the returned model @ eval_dropout',
+                'the returned model @ fp16_clipped',
+                'the returned model @ fp16_default',
+                'the returned model @ fp16_overflow',
+                'the returned type @ bf16',
+                'the returned type @ eval_dropout',
+                'the returned type @ fp16_clipped',
+                'the returned type @ fp16_default',
+                'the returned type @ fp16_overflow',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Returns the model',
             ),
@@ -5978,6 +6654,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the returned model',
+            ),
+            'certain_places': (
+                'the returned model @ bf16',
+                'the returned model @ eval_dropout',
+                'the returned model @ fp16_clipped',
+                'the returned model @ fp16_default',
+                'the returned model @ fp16_overflow',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Returns the model',
@@ -6013,6 +6698,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears the gradients every batch',
@@ -6891,6 +7580,35 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the bytes per rank',
                 'the returned type',
             ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 "Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank",
@@ -6938,6 +7656,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
             ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 "Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank",
@@ -6974,6 +7713,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
             ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 "Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank",
@@ -7008,6 +7768,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
             ),
+            'certain_places': (
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Stage 2 shards gradients and optimizer state, not the weights',
@@ -7037,6 +7812,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the bytes per rank',
+            ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 2',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7076,6 +7872,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
                 'the returned type',
+            ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7124,6 +7947,26 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the returned type',
             ),
+            'certain_places': (
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
@@ -7155,6 +7998,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the returned type',
+            ),
+            'certain_places': (
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the returned type @ stage 0',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7193,6 +8053,26 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the returned type',
             ),
+            'certain_places': (
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
@@ -7229,6 +8109,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
             ),
+            'certain_places': (
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_layout',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Stage 0 (plain data parallel) divides nothing by the world size',
@@ -7259,6 +8153,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the bytes per rank',
+            ),
+            'certain_places': (
+                'the bytes per rank @ fp32_adam',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7291,6 +8196,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
                 'the returned type',
+            ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the bytes per rank @ world_1',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7348,6 +8280,30 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the bytes per rank',
                 'the returned type',
             ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the bytes per rank @ world_1',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Rejects a stage outside 0-3 with ValueError',
@@ -7397,6 +8353,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'raising ValueError',
             ),
+            'certain_places': (
+                'raising ValueError @ invalid',
+            ),
+            'right_parts': (
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Rejects a stage outside 0-3 with ValueError',
             ),
@@ -7425,6 +8394,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses bytes_per_param for weights, gradients and optimizer state',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7461,6 +8436,31 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the bytes per rank',
+            ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the bytes per rank @ world_1',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the returned type @ stage 0',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
