@@ -6,7 +6,10 @@ tests/variants/) with one mistake no catalogue lists, and phrases its localisati
 generic: it is not tuned to these cells, and a held-out set measures it. Round 2 adds, for each kind of failure
 the held-out set showed, cells of its own: ``LOOSE_MATCHES`` (a catalogue fingerprint partly present: never a
 confident cause), ``CRASHES`` (which scenarios raised, what they share), ``PATTERNS`` (where and which part is
-wrong) and ``SAME_EFFECT`` (a bug no observation tells from a catalogued one: that cause, worded for both).
+wrong) and ``SAME_EFFECT`` (a bug no observation tells from a catalogued one: that cause, worded for both). Round 3
+adds ``CONTRADICTED`` (a catalogue's signs plus one its named variants never show: another position's values, a
+scenario they always get wrong right here, a stage they always get right wrong here) and ``RANK_CRASHES`` (which
+rank raised, and the student's line).
 """
 import pytest
 from conftest import reference_observation, student_observation
@@ -372,3 +375,28 @@ def test_a_rank_crash_says_which_rank_and_which_line(name):
         assert phrase in located, (phrase, diagnosis.located)
     report = format_report(exercise, results, diagnosis)
     assert report.count(diagnosis.located[0][:60]) == 1, report  # said once; the checks follow without repeating it
+
+
+# Merge and normalisation bugs of an online softmax: which results, and where a result is still right (the rank that
+# merges one block, the rows before the first merge).
+MERGES = {  # name: (exercise, cell, phrases)
+    "ring_never_updates_the_lse": ("ring_attention", ring._ring().replace("            lse = new_lse\n", ""),
+                                   ["the output: wrong", "right on rank 0 (wrong on rank 1) when called on 2 ranks "
+                                                         "with is_causal=True"]),
+    "ring_forgets_to_rescale_causal_rows": ("ring_attention", UNCATALOGUED["ring_forgets_to_rescale"][1],
+                                            ["right on rank 0 (wrong on rank 1)"]),
+    "flash_D_averaged_not_summed": ("FlashAttention", fa._TILED.replace("D = (dof * o.float()).sum(-1)",
+                                                                        "D = (dof * o.float()).mean(-1)"),
+                                    ["dq: wrong", "dk: wrong", "Right: dv, o"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MERGES))
+def test_an_online_softmax_merge_bug_is_localised(name):
+    exercise, source, phrases = MERGES[name]
+    results, diagnosis = diagnosed(exercise, source)
+    assert diagnosis.kind != "cause", diagnosis.cause_id
+    located = " ".join(diagnosis.located)
+    for phrase in phrases:
+        assert phrase in located, (phrase, diagnosis.located)
