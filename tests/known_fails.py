@@ -40,7 +40,8 @@ def seen(exercise: str, name: str) -> list[dict]:
                     "signs": list(where.signs) if where else [],
                     "places": list(where.places) if where else [],
                     "sizes": list(where.sizes) if where else [],
-                    "leads": list(where.wrong_quantities) if where else []})
+                    "leads": list(where.wrong_quantities) if where else [],
+                    "right_parts": list(where.right_parts) if where else []})
     return out
 
 
@@ -59,7 +60,10 @@ def record(exercise: str, runs: dict[str, list[dict]]) -> dict[str, dict[str, tu
                                "signs": tuple(sorted({q for r in mine for q in r["signs"]})),
                                "places": tuple(sorted({q for r in mine for q in r["places"]})),
                                "sizes": tuple(sorted({q for r in mine for q in r["sizes"]})),
-                               "certain": tuple(sorted(set.intersection(*(set(r["leads"]) for r in mine))))}
+                               "certain": tuple(sorted(set.intersection(*(set(r["leads"]) for r in mine)))),
+                               # wrong in every run there / right in every run there (diagnosis.contradictions)
+                               "certain_places": tuple(sorted(set.intersection(*(set(r["places"]) for r in mine)))),
+                               "right_parts": tuple(sorted(set.intersection(*(set(r["right_parts"]) for r in mine))))}
     return out
 
 
@@ -104,7 +108,7 @@ def merged(before: dict, now: dict) -> dict:
             out[mid] = kinds
             continue
         out[mid] = {**{kind: tuple(sorted(set(kinds[kind]) & set(old.get(kind, kinds[kind]))))
-                       for kind in ("always", "certain")},
+                       for kind in ("always", "certain", "certain_places", "right_parts")},
                     **{kind: tuple(sorted(set(kinds[kind]) | set(old.get(kind, ()))))
                        for kind in ("may", "wrong", "signs", "places", "sizes")}}
     return out
@@ -120,6 +124,9 @@ def covered(run: dict, recorded: dict, timed: bool = False) -> list[str]:
         for kind in ("wrong", "places") if timed else ("wrong", "signs", "places", "sizes"):  # what the diagnosis reads
             if not set(new[kind]) <= set(old[kind]):
                 problems.append(f"{mid}: {kind} not recorded: {sorted(set(new[kind]) - set(old[kind]))}")
+        for kind in () if timed else ("certain_places", "right_parts"):  # recorded as always so: still so
+            if not set(old.get(kind, ())) <= set(new[kind]):
+                problems.append(f"{mid}: {kind} no longer: {sorted(set(old.get(kind, ())) - set(new[kind]))}")
     return problems
 
 

@@ -1,5 +1,11 @@
 """Turn notebook cells into a function: run the cells in a fresh namespace, return the name."""
 import errno
+import linecache
+import traceback
+
+# The file names cells were compiled under (``<your cell `x`>``): a traceback's frames there are the cells' own
+# lines, which a crash's feedback quotes; linecache holds their text so that tracebacks show it too.
+DEFINED: set[str] = set()
 
 
 class DefinitionError(Exception):
@@ -12,6 +18,8 @@ def define_function(cells: list[tuple[str, str]], name: str):
     for label, source in cells:
         try:
             code = compile(source, f"<{label}>", "exec")
+            linecache.cache[f"<{label}>"] = (len(source), None, source.splitlines(True), f"<{label}>")
+            DEFINED.add(f"<{label}>")
         except SyntaxError as exc:
             raise DefinitionError(f"{label} has a syntax error on line {exc.lineno}: {exc.msg}.") from None
         try:
@@ -26,3 +34,12 @@ def define_function(cells: list[tuple[str, str]], name: str):
     if not callable(fn):
         raise DefinitionError(f"After running your cell, `{name}` is not defined as a function.")
     return fn
+
+
+def cell_line(exc: BaseException) -> dict:
+    """Where in the cells an exception came from: the innermost frame of a defined cell (its label, line number
+    and text), or {} when none is on the traceback (it came from torch's own checks before any cell ran)."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename in DEFINED:
+            return {"cell": frame.filename[1:-1][:80], "line": frame.lineno, "code": (frame.line or "").strip()[:120]}
+    return {}

@@ -254,11 +254,16 @@ def contradictions(seen: list[dict], where: Localisation, timed: bool = False) -
             if q in sizes and not ways & sizes[q] and not timed]
     certain = {q for s in seen for q in s.get("certain", ())}  # wrong first in every run of its variants
     out += [f"{q}: right" for q in sorted(certain & set(where.right))]
+    if not timed:  # where the variants are wrong whatever the data: right here is no sign of them
+        certain_places = {p for s in seen for p in s.get("certain_places", ())}
+        out += [f"{p}: right" for p in sorted(certain_places & set(where.right_places))]
+        out += [f"{p}: wrong" for p in where.parts if all(p in s.get("right_parts", ()) for s in seen)]
     return out
 
 
 def _category(kind: str) -> str:
-    return kind if kind in SPECIAL else "value"
+    moved = kind == "another's values" or kind.startswith("one ") and kind.endswith((" late", " early"))
+    return kind if kind in SPECIAL or moved else "value"
 
 
 def _named(kind: str) -> bool:

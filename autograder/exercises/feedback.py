@@ -80,6 +80,8 @@ def _located(located: list[str], failed: list[CheckResult], diagnosis: Diagnosis
     wrong = _wrong_words(located)
     raised = next((line.split(" when ", 1)[0].removeprefix("Your function raised ")[:60] for line in located
                    if line.startswith("Your function raised")), None)
+    if raised is None and any(line.startswith("Nothing raised, but") for line in located):  # localise.STOPPED
+        raised = "(SIGABRT)" if any("(SIGABRT)" in line for line in located) else "the grader stopped them"
     explained = [r for r in failed if (wrong & _words(r.feedback)) or (raised and raised in (r.feedback or ""))]
     rest = [r for r in failed if r not in explained]
     out = []
@@ -105,6 +107,8 @@ def _label(line: str) -> tuple[str, str]:
         return "Right", line.removeprefix("Right: ")
     if line.startswith("Your function raised"):
         return "Raised", line
+    if line.startswith("Nothing raised, but"):
+        return "Stopped", line
     if line.startswith("Later values differ"):
         return "Follows", line.removeprefix("Later values differ as a consequence: ")
     return "Wrong", line

@@ -19,6 +19,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
                 'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
@@ -33,12 +47,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the gradients after backward: off',
+                'the gradients after backward: ×world_size',
             ),
             'places': (
                 'the gradients after backward @ overlap',
             ),
             'sizes': (
                 'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'all_reduce_only_after_backward': {
@@ -47,6 +63,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
             ),
             'may': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
@@ -62,6 +92,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'never_resets_between_steps': {
@@ -70,6 +101,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
             ),
             'may': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
@@ -94,6 +139,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
             ),
             'may': (
                 'Overlaps: all-reduces run while backward still computes (measured from outside the ranks)',
@@ -125,6 +184,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ per_param',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after construction @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ per_param',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the parameters after construction @ rank 0',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -178,6 +254,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ per_param',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after construction @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ per_param',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the parameters after construction @ rank 0',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
                 'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
@@ -226,6 +319,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ per_param',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ per_param',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
                 'Gradients and trained parameters match DDP with buckets in between (2 ranks)',
@@ -268,6 +379,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ three_ranks',
+                'the parameters after construction @ three_ranks',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the parameters after construction @ rank 0',
+            ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
             ),
@@ -278,6 +400,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the gradients after backward: off',
+                'the gradients after backward: ×world_size²',
                 'the parameters after construction: off',
                 'the parameters after training: off',
             ),
@@ -299,6 +422,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
+            ),
             'may': (
                 'One all-reduce per bucket, of the bucket size asked for',
             ),
@@ -314,6 +451,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'launches_bucket_at_its_first_gradient': {
@@ -327,6 +465,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ special',
+                'the gradients after backward @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ special',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 12',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -369,6 +524,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradients after backward',
             ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
+            ),
             'may': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
             ),
@@ -393,6 +562,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ special',
+                'the parameters after training @ special',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 2',
             ),
             'may': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
@@ -420,6 +603,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ overlap',
+            ),
+            'right_parts': (
+                'the gradients after backward @ parameter 11',
+                'the gradients after backward @ parameter 12',
+                'the gradients after backward @ rank 2',
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
             ),
             'may': (
                 'Handles a frozen bias, an unused layer and tied weights as DDP does',
@@ -450,6 +647,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradients after backward',
+            ),
+            'certain_places': (
+                'the gradients after backward @ mid',
+                'the gradients after backward @ one_bucket',
+                'the gradients after backward @ overlap',
+                'the gradients after backward @ three_ranks',
+                'the parameters after training @ mid',
+                'the parameters after training @ one_bucket',
+                'the parameters after training @ three_ranks',
+            ),
+            'right_parts': (
+                'the parameters after construction @ rank 0',
+                'the parameters after construction @ rank 1',
+                'the parameters after construction @ rank 2',
             ),
             'may': (
                 "Broadcasts rank 0's parameters and matches DDP on 3 ranks",
@@ -1931,6 +2142,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
                 'Every rank holds the same parameters after every step()',
@@ -1959,6 +2174,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the parameters after each step',
+            ),
+            'certain_places': (
+                "the optimizer state's bytes on a rank @ adamw_two",
+                "the optimizer state's bytes on a rank @ few_params",
+                "the optimizer state's bytes on a rank @ groups",
+                "the optimizer state's bytes on a rank @ memory",
+                "the optimizer state's bytes on a rank @ sgd_three",
+                'the parameters after each step @ adamw_two',
+                'the parameters after each step @ few_params',
+                'the parameters after each step @ groups',
+                'the parameters after each step @ sgd_three',
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -2001,6 +2232,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the parameters after each step',
             ),
+            'certain_places': (
+                'the parameters after each step @ adamw_two',
+                'the parameters after each step @ groups',
+                'the parameters after each step @ sgd_three',
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 0",
+                "the optimizer state's bytes on a rank @ rank 1",
+                "the optimizer state's bytes on a rank @ rank 2",
+                "the optimizer state's bytes on a rank @ rank 3",
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
                 'Every rank holds the same parameters after every step()',
@@ -2034,6 +2279,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the parameters after each step',
             ),
+            'certain_places': (
+                'the parameters after each step @ adamw_two',
+                'the parameters after each step @ few_params',
+                'the parameters after each step @ groups',
+                'the parameters after each step @ sgd_three',
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 0",
+                "the optimizer state's bytes on a rank @ rank 1",
+                "the optimizer state's bytes on a rank @ rank 2",
+                "the optimizer state's bytes on a rank @ rank 3",
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
                 'Every rank holds the same parameters after every step()',
@@ -2064,6 +2324,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 "the optimizer state's bytes on a rank",
             ),
+            'certain_places': (
+                "the optimizer state's bytes on a rank @ adamw_two",
+                "the optimizer state's bytes on a rank @ few_params",
+                "the optimizer state's bytes on a rank @ groups",
+                "the optimizer state's bytes on a rank @ memory",
+                "the optimizer state's bytes on a rank @ sgd_three",
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                'the parameters after each step @ rank 0',
+                'the parameters after each step @ rank 1',
+                'the parameters after each step @ rank 2',
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
             ),
@@ -2091,6 +2366,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
             ),
@@ -2109,6 +2388,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 "the optimizer state's bytes on a rank",
+            ),
+            'certain_places': (
+                "the optimizer state's bytes on a rank @ adamw_two",
+                "the optimizer state's bytes on a rank @ groups",
+                "the optimizer state's bytes on a rank @ sgd_three",
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 3",
+                'the parameters after each step @ rank 0',
+                'the parameters after each step @ rank 1',
+                'the parameters after each step @ rank 2',
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -2137,6 +2430,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the parameters after each step',
             ),
+            'certain_places': (
+                'the parameters after each step @ groups',
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 0",
+                "the optimizer state's bytes on a rank @ rank 1",
+                "the optimizer state's bytes on a rank @ rank 2",
+                "the optimizer state's bytes on a rank @ rank 3",
+                'the parameters after each step @ rank 2',
+            ),
             'may': (
                 "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
             ),
@@ -2145,6 +2451,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'the parameters after each step: off',
+                'the parameters after each step: one step early',
             ),
             'places': (
                 'the parameters after each step @ groups',
@@ -2158,6 +2465,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the parameters after each step',
+            ),
+            'certain_places': (
+                "the optimizer state's bytes on a rank @ groups",
+                'the parameters after each step @ groups',
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 2",
+                "the optimizer state's bytes on a rank @ rank 3",
+                'the parameters after each step @ rank 2',
             ),
             'may': (
                 "Keeps every parameter group's hyperparameters, also for groups added with add_param_group",
@@ -2184,6 +2503,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                'the initial parameters @ rank 0',
+                'the initial parameters @ rank 1',
+                'the initial parameters @ rank 2',
+                "the optimizer state's bytes on a rank @ rank 0",
+                "the optimizer state's bytes on a rank @ rank 1",
+                "the optimizer state's bytes on a rank @ rank 2",
+                "the optimizer state's bytes on a rank @ rank 3",
+                'the parameters after each step @ rank 0',
+                'the parameters after each step @ rank 1',
+                'the parameters after each step @ rank 2',
+            ),
             'may': (
                 'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
             ),
@@ -2207,6 +2540,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Works when there are fewer parameter tensors than ranks (a rank owns nothing)',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
@@ -4746,6 +5083,25 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                'the first update of the parameters @ fp16_clipped',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ fp16_overflow',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ fp16_clipped',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ fp16_clipped',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the parameters after training @ fp16_clipped',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Final parameters match the reference in float16 with a GradScaler',
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
@@ -4799,6 +5155,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_clipped',
+                'the first update of the parameters @ fp16_default',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_clipped',
+                'the gradient norms @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_clipped',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_clipped',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -4856,6 +5229,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ eval_dropout',
+                'the gradient norms @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the parameters after training @ eval_dropout',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears the gradients every batch',
@@ -4969,6 +5350,39 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the loss scale',
                 'the scaler being enabled',
             ),
+            'certain_places': (
+                'other_updates @ given_scaler',
+                "the activations' dtypes @ bf16",
+                "the activations' dtypes @ eval_dropout",
+                "the activations' dtypes @ fp16_default",
+                "the activations' dtypes @ fp16_overflow",
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_default',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+                'the scaler being enabled @ fp16_default',
+                'the scaler being enabled @ fp16_overflow',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Final parameters match the reference in bfloat16',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -5057,6 +5471,30 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                "the activations' dtypes @ bf16",
+                "the activations' dtypes @ eval_dropout",
+                "the activations' dtypes @ fp16_default",
+                "the activations' dtypes @ fp16_overflow",
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Final parameters match the reference in bfloat16',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -5133,6 +5571,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                "the activations' dtypes @ bf16",
+                "the activations' dtypes @ eval_dropout",
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the gradient norms @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Final parameters match the reference in bfloat16',
                 'Honours the dtype argument (bfloat16 activations when asked)',
@@ -5175,6 +5626,16 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the loss scale',
                 'the scaler being enabled',
+            ),
+            'certain_places': (
+                "the activations' dtypes @ fp16_default",
+                'the first update of the parameters @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the loss scale @ fp16_default',
+                'the parameters after training @ fp16_default',
+                'the scaler being enabled @ fp16_default',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -5225,6 +5686,35 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the first update of the parameters @ fp16_overflow',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+                "the parameters' dtypes @ bf16",
+                "the parameters' dtypes @ eval_dropout",
+                "the parameters' dtypes @ fp16_default",
+                "the parameters' dtypes @ fp16_overflow",
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5298,6 +5788,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the loss scale',
                 'the scaler being enabled',
             ),
+            'certain_places': (
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_clipped',
+                'the loss scale @ fp16_default',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the parameters after training @ fp16_overflow',
+                'the scaler being enabled @ fp16_clipped',
+                'the scaler being enabled @ fp16_default',
+                'the scaler being enabled @ fp16_overflow',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Keeps one GradScaler and updates it after every step',
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
@@ -5346,6 +5850,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5417,6 +5944,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Clears the gradients every batch',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -5444,6 +5975,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Skips an fp16 step whose gradients overflow, and lowers the scale',
@@ -5495,6 +6039,35 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_clipped',
+                'the gradient norms @ fp16_default',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_clipped',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ bf16',
+                'the number of optimizer steps @ eval_dropout',
+                'the number of optimizer steps @ fp16_clipped',
+                'the number of optimizer steps @ fp16_default',
+                'the number of optimizer steps @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_clipped',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ fp16_overflow',
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5567,6 +6140,31 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'other_updates @ given_scaler',
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ given_scaler',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+                'the parameters after training @ given_scaler',
+                'the scaler used @ bf16',
+                'the scaler used @ eval_dropout',
+                'the scaler used @ fp16_default',
+                'the scaler used @ fp16_overflow',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5647,6 +6245,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                'the first update of the parameters @ eval_dropout',
+                'the first update of the parameters @ fp16_default',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_default',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_default',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Final parameters match the reference in bfloat16',
                 'Final parameters match the reference in float16 with a GradScaler',
@@ -5695,6 +6305,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
+            ),
+            'certain_places': (
+                'other_updates @ given_scaler',
+                "the given scaler's scales @ given_scaler",
+                'the parameters after training @ given_scaler',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Final parameters match the reference in bfloat16',
@@ -5803,6 +6420,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradient norms',
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                'the first update of the parameters @ bf16',
+                'the first update of the parameters @ eval_dropout',
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Clears the gradients every batch',
                 'Final parameters match the reference in bfloat16',
@@ -5852,6 +6481,26 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
+            ),
+            'certain_places': (
+                'stale gradients at backward @ bf16',
+                'stale gradients at backward @ eval_dropout',
+                'stale gradients at backward @ fp16_clipped',
+                'stale gradients at backward @ fp16_default',
+                'stale gradients at backward @ fp16_overflow',
+                'the gradient norms @ bf16',
+                'the gradient norms @ eval_dropout',
+                'the gradient norms @ fp16_overflow',
+                'the largest gradient element and one-parameter gradient norm @ bf16',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ fp16_overflow',
+                'the loss scale @ fp16_overflow',
+                'the number of optimizer steps @ fp16_overflow',
+                'the parameters after training @ bf16',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ fp16_overflow',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears the gradients every batch',
@@ -5911,6 +6560,16 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the largest gradient element and one-parameter gradient norm',
             ),
+            'certain_places': (
+                'dropout being active @ eval_dropout',
+                'the first update of the parameters @ eval_dropout',
+                'the gradient norms @ eval_dropout',
+                'the largest gradient element and one-parameter gradient norm @ eval_dropout',
+                "the model's training mode @ eval_dropout",
+                'the parameters after training @ eval_dropout',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Puts the model in training mode',
             ),
@@ -5950,6 +6609,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the returned model',
                 'the returned type',
             ),
+            'certain_places': (
+                'the returned model @ bf16',
+                'the returned model @ eval_dropout',
+                'the returned model @ fp16_clipped',
+                'the returned model @ fp16_default',
+                'the returned model @ fp16_overflow',
+                'the returned type @ bf16',
+                'the returned type @ eval_dropout',
+                'the returned type @ fp16_clipped',
+                'the returned type @ fp16_default',
+                'the returned type @ fp16_overflow',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Returns the model',
             ),
@@ -5982,6 +6655,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the returned model',
+            ),
+            'certain_places': (
+                'the returned model @ bf16',
+                'the returned model @ eval_dropout',
+                'the returned model @ fp16_clipped',
+                'the returned model @ fp16_default',
+                'the returned model @ fp16_overflow',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Returns the model',
@@ -6017,6 +6699,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses the GradScaler passed as scaler=, so its scale carries over to the next epoch',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears the gradients every batch',
@@ -6895,6 +7581,35 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the bytes per rank',
                 'the returned type',
             ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 "Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank",
@@ -6942,6 +7657,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
             ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 "Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank",
@@ -6978,6 +7714,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
             ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 "Reproduces the ZeRO paper's example: 120 / 31.4 / 16.6 / 1.88 GB per rank",
@@ -7012,6 +7769,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
             ),
+            'certain_places': (
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Stage 2 shards gradients and optimizer state, not the weights',
@@ -7041,6 +7813,27 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the bytes per rank',
+            ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 2',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7080,6 +7873,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
                 'the returned type',
+            ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7128,6 +7948,26 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the returned type',
             ),
+            'certain_places': (
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
@@ -7159,6 +7999,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the returned type',
+            ),
+            'certain_places': (
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the returned type @ stage 0',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7197,6 +8054,26 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the returned type',
             ),
+            'certain_places': (
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Uses bytes_per_param for weights, gradients and optimizer state',
@@ -7233,6 +8110,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
             ),
+            'certain_places': (
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_layout',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Stage 0 (plain data parallel) divides nothing by the world size',
@@ -7263,6 +8154,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the bytes per rank',
+            ),
+            'certain_places': (
+                'the bytes per rank @ fp32_adam',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7295,6 +8197,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the bytes per rank',
                 'the returned type',
+            ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the bytes per rank @ world_1',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7352,6 +8281,30 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the bytes per rank',
                 'the returned type',
             ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the bytes per rank @ world_1',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+            ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
                 'Rejects a stage outside 0-3 with ValueError',
@@ -7401,6 +8354,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'raising ValueError',
             ),
+            'certain_places': (
+                'raising ValueError @ invalid',
+            ),
+            'right_parts': (
+                'the bytes per rank @ stage 0',
+                'the bytes per rank @ stage 1',
+                'the bytes per rank @ stage 2',
+                'the bytes per rank @ stage 3',
+                'the returned type @ stage 0',
+                'the returned type @ stage 1',
+                'the returned type @ stage 2',
+                'the returned type @ stage 3',
+            ),
             'may': (
                 'Rejects a stage outside 0-3 with ValueError',
             ),
@@ -7429,6 +8395,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Uses bytes_per_param for weights, gradients and optimizer state',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',
@@ -7465,6 +8437,31 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the bytes per rank',
+            ),
+            'certain_places': (
+                'the bytes per rank @ even',
+                'the bytes per rank @ fp32_adam',
+                'the bytes per rank @ fp32_grads',
+                'the bytes per rank @ huge',
+                'the bytes per rank @ odd_large',
+                'the bytes per rank @ odd_layout',
+                'the bytes per rank @ odd_small',
+                'the bytes per rank @ paper',
+                'the bytes per rank @ world_1',
+                'the returned type @ even',
+                'the returned type @ fp32_adam',
+                'the returned type @ fp32_grads',
+                'the returned type @ huge',
+                'the returned type @ odd_large',
+                'the returned type @ odd_layout',
+                'the returned type @ odd_small',
+                'the returned type @ paper',
+                'the returned type @ world_1',
+            ),
+            'right_parts': (
+                'raising ValueError @ stage 0',
+                'raising ValueError @ stage 1',
+                'the returned type @ stage 0',
             ),
             'may': (
                 'Divides exactly when the world size does not divide the bytes (odd world sizes)',

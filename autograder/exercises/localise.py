@@ -36,6 +36,12 @@ class Locate:
     by_position: tuple[str, ...] = ("steps", "step_grads", "calls", "updates", "losses", "step_grad_norms", "grad_norms")
     series: tuple[str, ...] = ("losses", "step_grad_norms", "grad_norms")  # one number per step: step by step
     tolerance: Callable[[dict], float] = lambda case: RTOL  # case -> what "right" allows (bf16 scenarios: more)
+    # keys whose wrong values are searched among the right values of their siblings (another rank, step or
+    # parameter): "one step late", "holds parameter 2's values" -- a shifted offset, a broadcast before the step
+    across: tuple[str, ...] = ()
+    # key -> case -> (rows along the sequence, row width, the word of a row): a flat (..., rows, width) result whose
+    # wrong part is said by rows ("wrong from query row 17 on"): an online softmax's merge goes wrong at a tile
+    rows: dict[str, Callable[[dict], tuple[int, int, str]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,9 @@ class Localisation:
     places: tuple[str, ...] = ()      # "dk @ causal": each quantity wrong in each scenario (the calibration's)
     raised_in: tuple[str, ...] = ()   # the scenarios that raised
     sizes: tuple[str, ...] = ()       # "dk: larger": each wrong quantity larger or smaller than it should be
+    right_places: tuple[str, ...] = ()  # "dk @ causal": each quantity right everywhere it was observed in a scenario
+    parts: tuple[str, ...] = ()       # "the bytes per rank @ stage 2": each quantity wrong at a position (not a time)
+    right_parts: tuple[str, ...] = ()  # each quantity observed at a position (not a time) and right there everywhere
 
     def lines(self) -> list[str]:
         out = ([self.crashed] if self.crashed else []) + list(self.wrong)
@@ -78,31 +87,72 @@ class Localisation:
 
 def localise(spec: Locate, student: dict, reference: dict) -> Localisation:
     """Compare the parsed student observation with the reference's, scenario by scenario (see the module)."""
-    findings, right, errors, right_at = [], set(), [], {}
+    findings, right, errors, right_at, seen_right, right_in = [], set(), [], {}, set(), {}
     for key, ref in reference.get("scenarios", {}).items():
         got = student.get("scenarios", {}).get(key)
         if not isinstance(ref, dict) or "error" in ref:
             continue
         if not isinstance(got, dict) or isinstance(got.get("error"), str):
-            errors.append((key, "", str(got.get("error", "")) if isinstance(got, dict) else ""))
+            errors.append((key, *_blame(student, key), str(got.get("error", "")) if isinstance(got, dict) else ""))
             continue
         case = ref.get("case", {})
         factors = {**GENERIC_FACTORS, **_safe_factors(spec, case)}
         truth = ref.get("truth") if isinstance(ref.get("truth"), dict) else {}
         rtol = _safe_tolerance(spec, case)
-        for path, want, have, before in _leaves(spec, ref, got, truth):
+        leaves = list(_leaves(spec, ref, got, truth))
+        wants = {path: want for path, want, _, _ in leaves} if spec.across else {}
+        for path, want, have, before in leaves:
             if isinstance(have, dict) and isinstance(have.get("error"), str):
-                errors.append((key, _where(spec, path), have["error"]))
+                errors.append((key, _where(spec, path), "", have["error"]))
                 continue
-            verdict = _compare(want, have, before, factors, rtol)
+            verdict = _compare(want, have, before, factors, rtol, _safe_rows(spec, path, case, want))
+            if verdict is not None and verdict[1] == "off" and any(k in spec.across for k in path):
+                verdict = _moved(spec, path, want, have, wants, rtol) or verdict
             name = _quantity(spec, path)
             if verdict is None:
                 right.add(name)
                 right_at.setdefault(name, set()).add(_where(spec, path))
+                right_in.setdefault((name, key), set()).add(_where(spec, path))
+                seen_right.add(f"{name} @ {key}")
             else:
                 findings.append(Finding(name, key, _where(spec, path), *verdict, order=_order(spec, path),
                                         size=_size(want, have)))
-    return _summarise(spec, reference, findings, right, errors, right_at)
+    return _summarise(spec, reference, findings, right, errors, right_at, seen_right, right_in)
+
+
+def _moved(spec: Locate, path: tuple, want, have, wants: dict, rtol: float) -> tuple[str, str] | None:
+    """A wrong vector that holds a sibling's right values (its first ones, when the lengths differ): the same path
+    with one index changed (another rank, step or parameter). Along steps, one step late or early."""
+    if not (_numbers(want) and _numbers(have)) or len(have) < 2 or len(wants) > 5000:
+        return None
+    for at, index in enumerate(path):
+        if not isinstance(index, int) or at == 0:
+            continue
+        reach = 1 if isinstance(path[at - 1], str) and path[at - 1] in spec.by_position else 32  # time: a step
+        for other in sorted(range(max(index - reach, 0), index + reach + 1), key=lambda i: (abs(i - index), i)):
+            sibling = wants.get(path[:at] + (other,) + path[at + 1:]) if other != index else None
+            if not _numbers(sibling) or len(sibling) < 2:
+                continue
+            m = min(len(have), len(sibling))
+            scale = max(max(abs(v) for v in sibling[:m]), 1e-12)
+            if not any(abs(v) > rtol * scale for v in sibling[:m]) or _close(sibling[:m], want[:m], rtol, scale) \
+                    or not _close(have[:m], sibling[:m], rtol, scale):
+                continue
+            parent = path[at - 1]
+            timed = isinstance(parent, str) and parent in spec.by_position
+            before = wants.get(path[:at] + (other - 1,) + path[at + 1:]) if timed else None
+            if timed and not (_numbers(before) and len(before) >= m and not _close(before[:m], sibling[:m], rtol, scale)):
+                continue  # a step's values that are the step before's too (nothing moved then): no sign of lateness
+            word = spec.positions.get(parent) or POSITIONS.get(parent) or "item {n}" if isinstance(parent, str) \
+                else "item {n}"
+            where = word.format(i=other, n=other + 1)
+            if timed and abs(other - index) == 1:
+                late = other < index
+                return (f"one {where.split()[0]} {'late' if late else 'early'}: the right values of {where}",
+                        f"one {where.split()[0]} {'late' if late else 'early'}")
+            first = f" (its first {m})" if m < len(sibling) else ""
+            return f"the right values of {where}{first}", "another's values"
+    return None
 
 
 def _safe_factors(spec: Locate, case: dict) -> dict[str, float]:
@@ -169,7 +219,36 @@ class _Whole:
     word: str
 
 
-def _compare(want, have, before, factors, rtol) -> tuple[str, str] | None:
+def _safe_rows(spec: Locate, path: tuple, case: dict, want) -> tuple[int, int, str] | None:
+    """The declared row shape of the result at ``path``, when its length fits it (else None: element words)."""
+    key = next((k for k in reversed(path) if isinstance(k, str)), None)
+    if key not in spec.rows or not isinstance(want, list):
+        return None
+    try:
+        count, width, word = spec.rows[key](case)
+        count, width = int(count), int(width)
+    except Exception:  # a case without the keys: elements, not rows
+        return None
+    return (count, width, str(word)) if count > 1 and width > 0 and want and len(want) % (count * width) == 0 else None
+
+
+def _rows(have, want, rtol, scale, shape) -> str:
+    """Which rows of a (..., rows, width) result are wrong, when not all: "; wrong from query row 17 on (of 32)"."""
+    count, width, word = shape
+    bad = sorted({(i // width) % count + 1 for i, (h, w) in enumerate(zip(have, want)) if abs(h - w) > rtol * scale})
+    if not bad or len(bad) == count:  # every row: nothing to add
+        return ""
+    if bad == list(range(bad[0], count + 1)):
+        return f"; wrong from {word} {bad[0]} on (of {count}), right before it"
+    if bad == list(range(1, bad[-1] + 1)):
+        return f"; wrong up to {word} {bad[-1]} (of {count}), right after it"
+    block = bad[-1] - bad[0] + 1 == len(bad)
+    shown = f"{word}s {bad[0]} to {bad[-1]}" if block else f"{len(bad)} {word}s ({', '.join(map(str, bad[:4]))}" \
+        + (", ..." if len(bad) > 4 else "") + ")"
+    return f"; wrong at {shown} of {count}, the others right"
+
+
+def _compare(want, have, before, factors, rtol, rows=None) -> tuple[str, str] | None:
     """None when right, else (pattern in words, short form)."""
     if isinstance(want, _Whole):
         if not isinstance(have, list):
@@ -227,8 +306,8 @@ def _compare(want, have, before, factors, rtol) -> tuple[str, str] | None:
     off = max(abs(h - w) for h, w in zip(have, want)) / scale
     size = (f"off by about {off:.1%}" if off < 0.1 else f"off by about {off:.0%}" if off < 10
             else f"off by about {off:.0f} times its size")
-    return (f"{size} (relative to its largest value){at}{_part(have, want, rtol, scale)}" if len(want) > 1
-            else size), "off"
+    part = _rows(have, want, rtol, scale, rows) if rows else f"{at}{_part(have, want, rtol, scale)}"
+    return (f"{size} (relative to its largest value){part}" if len(want) > 1 else size), "off"
 
 
 def _part(have, want, rtol, scale) -> str:
@@ -292,8 +371,10 @@ def _scenario(reference: dict, key: str) -> str:
     return what if isinstance(what, str) else key
 
 
-def _summarise(spec, reference, findings, right, errors, right_at=None) -> Localisation:
+def _summarise(spec, reference, findings, right, errors, right_at=None, seen_right=(), right_in=None) -> Localisation:
     crashed = _crashed(reference, errors) if errors else ""
+    wrong_parts = {f"{f.quantity} @ {part}" for f in findings for part in _parts(f.where)}
+    fine_parts = {f"{q} @ {part}" for q, wheres in (right_at or {}).items() for w in wheres for part in _parts(w)}
     signs = tuple(sorted({f"{f.quantity}: {_kind(f.short)}" for f in findings} | ({"raised"} if errors else set())))
     everything = findings
     findings, follow = _first_wrong(findings)
@@ -316,10 +397,15 @@ def _summarise(spec, reference, findings, right, errors, right_at=None) -> Local
         keys = [k for k in scenarios if any(f.scenario == k for f in found)]
         where = _first_place(found)
         fine = _right_places(found, (right_at or {}).get(quantity, set()))
+        for key in keys if not fine else ():  # right somewhere in one scenario: rank 0 of a causal ring
+            fine = _right_places([f for f in found if f.scenario == key], (right_in or {}).get((quantity, key), set()))
+            fine = f"{fine} when {_scenario(reference, key)}" if fine else ""
+            if fine:
+                break
         everywhere = quantity not in right and len(keys) > 1
         place = ("in every scenario" if everywhere else f"when {_scenario(reference, keys[0])}"
                  + (f" (and in {len(keys) - 1} more scenario{'s' if len(keys) > 2 else ''})" if len(keys) > 1 else ""))
-        others = [p for p in patterns if p != main]
+        others = sorted((p for p in patterns if p != main), key=lambda p: _telling(patterns[p].short))
         ways = {f.size for f in found if f.short == "off"}
         said = main
         if patterns[main].short == "off" and len(ways) == 1 and "" not in ways:  # a direction is a pattern too
@@ -331,14 +417,22 @@ def _summarise(spec, reference, findings, right, errors, right_at=None) -> Local
     right_only = tuple(sorted(q for q in right if q not in by_quantity and q not in follow))
     wrong = [w for _, w in sorted(wrong, key=lambda x: x[0])]  # a named factor or pattern says most: first
     shorts = [w for _, w in sorted(shorts, key=lambda x: x[0])]
-    raised = f"raised {errors[0][2].split(':', 1)[0][:40]}" if errors else ""
+    raised = ("" if not errors else f"stopped ({errors[0][3]})" if errors[0][3] in STOPPED
+              else f"raised {errors[0][3].split(':', 1)[0][:40]}")
     short = "; ".join(([raised] if raised else []) + shorts[:3 - bool(raised)])
     places = tuple(sorted({f"{f.quantity} @ {f.scenario}" for f in everything}))
     # a direction the calibration compares only where a ratio fits (a scale is systematic; a plain difference's
     # direction changes with the data)
     sizes = tuple(sorted({f"{f.quantity}: {f.size}" for f in everything if f.size and f.short[:1] in "×÷"}))
     return Localisation(tuple(wrong), right_only, crashed, short, tuple(by_quantity), tuple(follow), signs, places,
-                        tuple(dict.fromkeys(e[0] for e in errors)), sizes)
+                        tuple(dict.fromkeys(e[0] for e in errors)), sizes, tuple(sorted(set(seen_right) - set(places))),
+                        tuple(sorted(wrong_parts)), tuple(sorted(fine_parts - wrong_parts)))
+
+
+def _parts(where: str) -> list[str]:
+    """The positions of a place that are no time ("stage 2", "rank 1", "parameter 3"; not "step 2"): a mistake's
+    named variants are wrong or right there whatever the data."""
+    return [part for part in (where or "").split(", ") if part and part.split(" ")[0] not in TIME_WORDS]
 
 
 def _kind(short: str) -> str:
@@ -424,32 +518,60 @@ def _listed(items: list[str]) -> str:
 TIME_WORDS = ("step", "call")
 
 
+# The launcher's words for ranks that never raised in Python (reading.ABORTED, reading.DEADLOCK), as a crash's
+# sentence: what happened, in place of "Your function raised ..."
+STOPPED = {"aborted": "gloo stopped a rank (SIGABRT): a message arrived with another size than the rank receiving it "
+                      "expected (the ranks sent or reduced tensors of different shapes)",
+           "deadlock": "the ranks waited for each other until the time limit (a collective, send or receive that "
+                       "another rank never reached)"}
 CASE_SKIP = ("what", "seed", "model_seed", "data_seed", "lead")
 
 
-def _crashed(reference: dict, errors: list[tuple[str, str, str]]) -> str:
-    """The crash, once: the student's exception, where (a rank, a step), which scenarios raised and which did not,
-    and what the raising ones have in common ("only when stage=3", "only with world_size=3")."""
+def _blame(student: dict, key: str) -> tuple[str, str]:
+    """The rank that raised a scenario's error and the line of the cell it raised at, as the student's ranks
+    reported them (ranks.py; the unparsed scenario): ("rank 1", "line 23 of your cell: `out = ...`"), or blanks.
+    Words only, from the student's own processes: they never reach a score."""
+    raw = student.get("raw")
+    data = raw.get("scenarios", {}).get(key) if isinstance(raw, dict) and isinstance(raw.get("scenarios"), dict) else None
+    if not isinstance(data, dict):
+        return "", ""
+    rank, line, cell, code = data.get("rank"), data.get("line"), data.get("cell"), data.get("code")
+    where = f"rank {rank}" if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < 1024 else ""
+    if not (isinstance(line, int) and not isinstance(line, bool) and 0 < line < 100_000 and isinstance(cell, str)):
+        return where, ""
+    code = " ".join(code.split())[:100] if isinstance(code, str) else ""
+    return where, f"line {line} of {' '.join(cell.split())[:60]}" + (f": `{code.replace('`', chr(39))}`" if code else "")
+
+
+def _crashed(reference: dict, errors: list[tuple[str, str, str, str]]) -> str:
+    """The crash, once: the student's exception, where (a rank, a step, the line of their cell), which scenarios
+    raised and which did not, and what the raising ones have in common ("only when stage=3", "only on rank 1")."""
     scenarios = {k: v for k, v in reference.get("scenarios", {}).items() if isinstance(v, dict) and "error" not in v}
-    key, where, error = errors[0]
+    key, where, at, error = errors[0]
     first = error.strip().split(".  ")[0].split("\n")[0][:160].rstrip(".")
     raised = list(dict.fromkeys(e[0] for e in errors))
     ran = [k for k in scenarios if k not in raised]
-    line = f"Your function raised {first} when {_scenario(reference, key)}" + (f" (on {where})" if where else "")
-    others = sorted({e[2].strip().split(":", 1)[0][:40] for e in errors} - {first.split(":", 1)[0]})
+    line = (f"Your function raised {first}" if first not in STOPPED else f"Nothing raised, but {STOPPED[first]},") \
+        + f" when {_scenario(reference, key)}" + (f" (on {where})" if where else "")
+    lines, verb = {e[2] for e in errors}, "raised" if first not in STOPPED else "happened"
+    if at:
+        line += f", at {at}" if len(lines) == 1 else f", first at {at}"
+    others = sorted({e[3].strip().split(":", 1)[0][:40] for e in errors} - {first.split(":", 1)[0]})
     positions = {e[1] for e in errors}
     same_place = f", each time on {where}" if len(positions) == 1 and where and len(errors) > 1 else ""
     if not ran:
-        line += f"; it raised in every scenario ({len(raised)}){same_place}" if len(raised) > 1 else ""
+        line += f"; it {verb} in every scenario ({len(raised)}){same_place}" if len(raised) > 1 else ""
     else:
         common = _in_common(scenarios, raised, ran) if not same_place else ""
-        line += (f"; it raised in {len(raised)} of {len(scenarios)} scenarios{same_place}"
+        line += (f"; it {verb} in {len(raised)} of {len(scenarios)} scenarios{same_place}"
                  + (f", only {common}" if common else "")
-                 + f"; it ran without raising when {_scenario(reference, ran[0])}"
+                 + f"; it ran without {'raising' if verb == 'raised' else 'it'} when {_scenario(reference, ran[0])}"
                  + (f" and in {len(ran) - 1} more" if len(ran) > 1 else ""))
     wheres = sorted({e[1] for e in errors if e[1]}, key=_place_key)
     if len(wheres) > 1:
-        line += f"; it raised on {', '.join(wheres[:4])}"
+        line += f"; it {verb} on {', '.join(wheres[:4])}"
+        if all(e[1].startswith("rank ") for e in errors) and "rank 0" not in wheres:
+            line += ", never on rank 0"
     return line + (f" (elsewhere also {', '.join(others)})" if others else "") + "."
 
 

@@ -31,7 +31,7 @@ import time
 import traceback
 import warnings
 
-from .define import DefinitionError, define_function
+from .define import DefinitionError, cell_line, define_function
 from .loopback import PrivateLoopback, store_socket
 from .meter import PEAK_SAMPLE_S, SAMPLE_S, Meter
 from .observing import describe_exception, observation
@@ -77,8 +77,10 @@ def student_call(fn, *args, **kwargs):
     """Call the student's code inside a rank, so that what it raises reaches the feedback in its own words."""
     try:
         return fn(*args, **kwargs)
-    except Exception as exc:  # keep only the student's words; the rank's traceback is noise here
-        raise StudentCodeFailed(_STUDENT_RAISED + describe_exception(exc).replace("\n", " ")) from None
+    except Exception as exc:  # keep only the student's words and their line; the rank's traceback is noise here
+        failed = StudentCodeFailed(_STUDENT_RAISED + describe_exception(exc).replace("\n", " "))
+        failed.where = cell_line(exc)
+        raise failed from None
 
 
 def return_freed_memory() -> None:
@@ -216,7 +218,7 @@ def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeo
     except DefinitionError as exc:
         message = {"error": str(exc), "student": True}
     except StudentCodeFailed as exc:
-        message = {"error": str(exc).removeprefix(_STUDENT_RAISED), "student": True}
+        message = {"error": str(exc).removeprefix(_STUDENT_RAISED), "student": True, **getattr(exc, "where", {})}
     except BaseException as exc:  # the grader's own code failed here (or the student's code broke it)
         message = {"error": "".join(traceback.format_exception_only(exc)).strip().splitlines()[-1][:300]}
     try:
@@ -290,8 +292,19 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
         if loopback:
             loopback.stop()
     if failure:
-        return {"error": failure}
+        return {"error": failure, **_blamed(ranks, failure)}
     return {"ranks": [r.message["ok"] for r in ranks], "meter": meter.result()}
+
+
+def _blamed(ranks: list[_Rank], failure: str) -> dict:
+    """The rank whose own code raised the scenario's error, and the line of the cell it raised at (words for the
+    feedback only: "on rank 1, at line 23 of your cell"); {} for a deadlock or a failure of no rank's code."""
+    for r in ranks:
+        message = r.message if isinstance(r.message, dict) else {}
+        if message.get("student") and " ".join(str(message.get("error"))[:300].split()) == failure:
+            where = {k: message[k] for k in ("cell", "line", "code") if k in message}
+            return {**({"rank": r.rank} if len(ranks) > 1 else {}), **where}
+    return {}
 
 
 def _collect(ranks: list[_Rank], meter: Meter, deadline: float) -> str | None:

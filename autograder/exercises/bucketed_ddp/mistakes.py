@@ -203,4 +203,4 @@ MISTAKES = [
 LOCATE = Locate(names={"grads": "the gradients after backward", "final": "the parameters after training",
                        "after_init": "the parameters after construction"},
                 positions={"grads": "parameter {n}"}, ignore=("events", "forbidden", "gated", "names"),
-                factors=lambda case: {"world_size": case["world_size"]})
+                factors=lambda case: {"world_size": case["world_size"]}, across=("grads",))

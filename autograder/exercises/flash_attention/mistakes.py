@@ -179,4 +179,8 @@ MISTAKES = [
 LOCATE = Locate(names={"output": "o", "dq": "dq", "dk": "dk", "dv": "dv", "dtypes": "the dtype of {}"},
                 ignore=("saved", "largest_tensor", "forbidden"),
                 factors=lambda case: {"√d": math.sqrt(case["d"]), "d": case["d"]},
-                tolerance=lambda case: FP32_RTOL * 10 if case["dtype"] == "float32" else 3e-2)
+                tolerance=lambda case: FP32_RTOL * 10 if case["dtype"] == "float32" else 3e-2,
+                rows={"output": lambda case: (case["n_q"], case["d"], "query row"),
+                      "dq": lambda case: (case["n_q"], case["d"], "query row"),
+                      "dk": lambda case: (case["n_k"], case["d"], "key row"),
+                      "dv": lambda case: (case["n_k"], case["d"], "key row")})

@@ -269,4 +269,5 @@ MISTAKES = [
 
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
 LOCATE = Locate(names={"output": "the output"}, ignore=("sends", "recvs", "collectives", "forbidden"),
-                factors=lambda case: {"world_size": case["world_size"], "√d": math.sqrt(case["d"])})
+                factors=lambda case: {"world_size": case["world_size"], "√d": math.sqrt(case["d"])},
+                rows={"output": lambda case: (case["chunk"], case["d"], "query row of the rank's chunk")})

@@ -111,7 +111,8 @@ MISTAKES = [
     Mistake("stage0_divides", "Your stage 0 divides the memory by the world size.",
             "Stage 0 is plain data parallelism: every rank holds the full weights, gradients and optimizer state.",
             "Return (w + g + k) * num_params for stage 0.", _shards(0, (0, 1, 2))),
-    Mistake("stage1_shards_gradients", "Your stage 1 shards the gradients instead of the optimizer state.",
+    Mistake("stage1_shards_gradients", "Your stage 1 shards the gradients instead of the optimizer state (in its "
+            "formula, or g and k are swapped where you unpack bytes_per_param).",
             "ZeRO-1 (P_os) partitions only the optimizer state.", "Divide only the optimizer state (k) by the world size.",
             _shards(1, (1,))),
     Mistake("stage1_shards_everything_but_weights", "Your stage 1 shards gradients and optimizer state.",
