@@ -554,6 +554,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'never_sends_bucket_with_unused_parameter': {
@@ -595,6 +596,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
                 'the gradients after backward: larger',
+                'the gradients after backward: smaller',
             ),
         },
         'waits_forever_for_unused_parameter': {
@@ -627,6 +629,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'raised',
                 'the gradients after backward: off',
+                'the gradients after backward: ×world_size',
             ),
             'places': (
                 'the gradients after backward @ overlap',
@@ -701,6 +704,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
             ),
@@ -719,6 +726,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                "the experts' gradients @ local expert 1",
+                "the experts' gradients @ local expert 2",
+                "the experts' gradients @ rank 0",
+                "the experts' gradients @ rank 1",
+                'the output @ rank 0',
+                'the output @ rank 1',
+                "the router's gradient @ rank 0",
+                "the router's gradient @ rank 1",
+                "x's gradient @ rank 0",
+                "x's gradient @ rank 1",
             ),
             'may': (
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
@@ -740,6 +761,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Tokens travel by all-to-all in the forward and the backward, never by a gather (bytes measured outside your ranks)',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                "the experts' gradients @ local expert 1",
+                "the experts' gradients @ local expert 2",
+                "the experts' gradients @ rank 0",
+                "the experts' gradients @ rank 1",
+                "the experts' gradients @ rank 2",
+                "the experts' gradients @ rank 3",
+                'the output @ rank 0',
+                'the output @ rank 1',
+                'the output @ rank 2',
+                'the output @ rank 3',
+                "the router's gradient @ rank 0",
+                "the router's gradient @ rank 1",
+                "x's gradient @ rank 0",
+                "x's gradient @ rank 1",
             ),
             'may': (
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
@@ -769,6 +808,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output',
                 "the router's gradient",
                 "x's gradient",
+            ),
+            'certain_places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ three_ranks_skewed",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                'the output @ four_ranks',
+                'the output @ three_ranks_skewed',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "the router's gradient @ four_ranks",
+                "the router's gradient @ three_ranks_skewed",
+                "the router's gradient @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ three_ranks_skewed",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
             ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
@@ -825,6 +882,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the router's gradient",
                 "x's gradient",
             ),
+            'certain_places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ three_ranks_skewed",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                'the output @ four_ranks',
+                'the output @ three_ranks_skewed',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "the router's gradient @ four_ranks",
+                "the router's gradient @ three_ranks_skewed",
+                "the router's gradient @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ three_ranks_skewed",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
+            ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
@@ -875,6 +950,25 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "the experts' gradients",
                 "x's gradient",
             ),
+            'certain_places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ three_ranks_skewed",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ three_ranks_skewed",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
+                'the output @ rank 0',
+                'the output @ rank 1',
+                'the output @ rank 2',
+                'the output @ rank 3',
+                "the router's gradient @ rank 0",
+                "the router's gradient @ rank 1",
+                "the router's gradient @ rank 2",
+                "the router's gradient @ rank 3",
+            ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
@@ -912,6 +1006,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
                 'Output and gradients are right on 3 ranks with skewed routing and on 4 ranks',
@@ -940,6 +1038,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x.grad equals the dense MoE's (2 ranks)",
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
@@ -973,6 +1075,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output',
                 "the router's gradient",
                 "x's gradient",
+            ),
+            'certain_places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                'the output @ four_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "the router's gradient @ four_ranks",
+                "the router's gradient @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
+                "the experts' gradients @ rank 0",
             ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
@@ -1023,6 +1140,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output',
                 "the router's gradient",
                 "x's gradient",
+            ),
+            'certain_places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ three_ranks_skewed",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                'the output @ four_ranks',
+                'the output @ three_ranks_skewed',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "the router's gradient @ four_ranks",
+                "the router's gradient @ three_ranks_skewed",
+                "the router's gradient @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ three_ranks_skewed",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
             ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
@@ -1078,6 +1213,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output',
                 "the router's gradient",
                 "x's gradient",
+            ),
+            'certain_places': (
+                "the experts' gradients @ four_ranks",
+                "the experts' gradients @ three_ranks_skewed",
+                "the experts' gradients @ traffic",
+                "the experts' gradients @ two_ranks",
+                'the output @ four_ranks',
+                'the output @ three_ranks_skewed',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "the router's gradient @ four_ranks",
+                "the router's gradient @ three_ranks_skewed",
+                "the router's gradient @ two_ranks",
+                "x's gradient @ four_ranks",
+                "x's gradient @ three_ranks_skewed",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
             ),
             'may': (
                 "Each local expert's gradient comes from every rank's tokens (2 ranks)",
