@@ -54,7 +54,7 @@ ALLOWED = [
      "DDP's bucket_cap_mb default and first-bucket cap (torch's documented defaults) and the buckets the cell sets"),
     ("03_data_parallel", r"7-layer MLP \(1\.5 MiB of gradients\)|1\.15 MiB to all-reduce", "arithmetic",
      "parameter count × 4 bytes of the model the cell builds"),
-    ("03_data_parallel", r"6 layers of 256 × 256", "config", "the grader's overlap scenario, stated in the exercise"),
+    ("03_data_parallel", r"6 layers of 512 × 512", "config", "the grader's overlap scenario, stated in the exercise"),
     ("05_fsdp_zero", r"8 layers of 768 × 768|about\n2\.25 MiB each", "config",
      "the grader's memory scenario, stated in the exercise (768² float32 values = 2.25 MiB)"),
     ("07_transformers", r"float32 matrix is 16 MiB", "arithmetic", "2048² float32 values, the grader's memory scenario"),
