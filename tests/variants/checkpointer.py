@@ -147,6 +147,9 @@ class Checkpointer:
         return state["step"]
 ''', [ANOTHER_SIZE, LOADED, NO_STEP_LOST, OPTIMIZER]),
     "optimizer_not_resharded": ('''
+from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+
 class Checkpointer:
     """The model through DCP; AdamW's state per rank with torch.save, used only on the world size that wrote it."""
 
@@ -169,7 +172,7 @@ class Checkpointer:
         state = {"model": get_state_dict(self.model, self.optimizer)[0], "loader": self.loader.state_dict(),
                  "rng": torch.get_rng_state(), "step": 0}
         dcp.load(state, checkpoint_id=found[1])
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict={})
+        set_model_state_dict(self.model, state["model"])
         mine = found[1] / f"optim_rank{dist.get_rank()}.pt"
         if mine.exists():
             saved = torch.load(mine, weights_only=False)

@@ -21,12 +21,12 @@ EXERCISE = Exercise(
     observer=f"{__name__}.observe",
     ranks=True,
     evidence=checks.checkpointed_for_real,
-    timeout_s=90,  # five launches; a deadlocking submission spends LAUNCH_TIMEOUT_S in each
+    timeout_s=150,  # five launches; a deadlocking submission spends observe.LAUNCH_S in each
     checks=[
         Check("Resumed on the same number of ranks, ends with the parameters of a run that never failed", 2,
-              checks.check_same_size),
+              checks.check_same_size, evidence=("same_size",)),
         Check("Resumed on another number of ranks after a kill during a save, ends with the parameters of a run "
-              "that never failed", 3, checks.check_resize),
+              "that never failed", 3, checks.check_resize, evidence=("resize",)),
         Check("load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)", 2,
               checks.check_loaded_step, evidence=("same_size", "resize")),
         Check("No step lost or repeated: the resumed run reads the batches and random numbers of the run that never "

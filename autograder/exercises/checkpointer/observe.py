@@ -25,6 +25,7 @@ from ..observing import float32_data, observation, plain
 from ..ranks import ask_gate, run_on_ranks, student_call
 from .cases import GLOBAL_BATCH, LR, ROWS, cases, expected_step
 
+LAUNCH_S = 25  # one launch; a correct one takes about a second, several on a loaded 2-core machine
 MAX_FILES, MAX_SNAPSHOT_BYTES = 512, 16 << 20  # what the grader reads back of a student's checkpoint directory
 
 
@@ -84,15 +85,17 @@ def train_step(model, optimizer, loader) -> list[float]:
 
 
 def whole_state(model, optimizer) -> dict:
-    """Every parameter and both AdamW moments, gathered (a collective), as float32 lists; AdamW's step count."""
-    params = [p for p in model.parameters()]
-    state = [optimizer.state.get(p, {}) for p in params]
-    full = [[float32_data(t.full_tensor().flatten()) for t in (p.detach(), s.get("exp_avg"), s.get("exp_avg_sq"))
-             if t is not None] for p, s in zip(params, state)]
-    steps = [float(s["step"]) for s in state if "step" in s]
-    return {"params": [v for f in full for v in f[0]],
-            "moments": [v for f in full for m in f[1:] for v in m],
-            "adam_step": max(steps, default=0.0)}
+    """Every parameter and both AdamW moments (zeros where AdamW holds none yet), gathered (a collective), as
+    float32 lists; AdamW's step count."""
+    params, moments, steps = [], [], []
+    for p in model.parameters():
+        state = optimizer.state.get(p, {})
+        params += float32_data(p.detach().full_tensor().flatten())
+        for name in ("exp_avg", "exp_avg_sq"):
+            moment = state.get(name)
+            moments += float32_data(moment.full_tensor().flatten()) if moment is not None else [0.0] * p.numel()
+        steps.append(float(state["step"]) if "step" in state else 0.0)
+    return {"params": params, "moments": moments, "adam_step": max(steps, default=0.0)}
 
 
 def quiet():
@@ -227,15 +230,17 @@ def run_scenario(cls, case: dict) -> dict:
     directory = Path(tempfile.mkdtemp(prefix="checkpointer-"))
     try:
         if case["memory"]:
-            found = run_on_ranks(before_rank, case["killed_on"], cls, case, str(directory), peaks=True)
+            found = run_on_ranks(before_rank, case["killed_on"], cls, case, str(directory), peaks=True,
+                                 timeout=LAUNCH_S)
             return {**found, "disk_bytes": disk_bytes(directory)} if "ranks" in found else found
         policy = KillAfterSave(case["killed_on"], case["kill_after"], directory)
-        found = run_on_ranks(before_rank, case["killed_on"], cls, case, str(directory), gates=policy)
+        found = run_on_ranks(before_rank, case["killed_on"], cls, case, str(directory), gates=policy,
+                             timeout=LAUNCH_S)
         if not policy.killed:
             return found if "error" in found else {"error": "the ranks ended before the grader's kill"}
         if case["cut_off"]:
             cut_off(directory, policy.before)
-        return run_on_ranks(after_rank, case["world_size"], cls, case, str(directory))
+        return run_on_ranks(after_rank, case["world_size"], cls, case, str(directory), timeout=LAUNCH_S)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -250,6 +255,6 @@ def observe_reference(fn, *, salt: int = 0) -> dict:
         if "ranks" not in observed:
             raise RuntimeError(f"the reference Checkpointer failed when {observed['case']['what']}: {observed['error']}")
         if not observed["case"]["memory"]:
-            truth = run_on_ranks(never_failed_rank, observed["case"]["killed_on"], observed["case"])
+            truth = run_on_ranks(never_failed_rank, observed["case"]["killed_on"], observed["case"], timeout=LAUNCH_S)
             observed["truth"] = truth["ranks"][0]
     return result
