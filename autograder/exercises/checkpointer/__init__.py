@@ -9,7 +9,7 @@ on forked gloo ranks, saving after every step. From outside the ranks it kills t
 scenario it then cuts the newest save back to what a kill in the middle of it leaves. A fresh model on another
 number of ranks then calls ``load()`` and trains to the end; the checks compare the loaded step, what each resumed
 step read, AdamW's state after loading and the final parameters with a run that never failed (reference only, the
-``truth``). A memory scenario measures each rank's peak from outside while it saves a 48 MiB state.
+``truth``). A memory scenario measures each rank's peak from outside while it saves a 12 MiB state.
 """
 from ..protocol import Check, Exercise
 from . import cases, checks
