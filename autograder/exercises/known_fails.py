@@ -486,6 +486,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
                 'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
             ),
+            'certain': (
+                'the final parameters',
+                'what each resumed step read',
+            ),
             'may': (
                 'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
                 'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
@@ -506,10 +510,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'what each resumed step read @ same_size',
             ),
             'sizes': (
-            ),
-            'certain': (
-                'the final parameters',
-                'what each resumed step read',
             ),
         },
         'no_data_position': {
@@ -518,30 +518,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
                 'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
             ),
+            'certain': (
+                'the final parameters',
+                'what each resumed step read',
+            ),
             'may': (
                 'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
                 'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
                 'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
             ),
             'wrong': (
+                'disk_bytes',
                 'the final parameters',
                 'what each resumed step read',
             ),
             'signs': (
+                'disk_bytes: off',
                 'the final parameters: off',
                 'what each resumed step read: off',
             ),
             'places': (
+                'disk_bytes @ memory',
                 'the final parameters @ resize',
                 'the final parameters @ same_size',
                 'what each resumed step read @ resize',
                 'what each resumed step read @ same_size',
             ),
             'sizes': (
-            ),
-            'certain': (
-                'the final parameters',
-                'what each resumed step read',
             ),
         },
         'writes_in_place': {
@@ -550,6 +553,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
                 'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
                 'load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)',
+            ),
+            'certain': (
             ),
             'may': (
                 "AdamW's moments and step come back, resharded to the new number of ranks",
@@ -566,8 +571,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
-            'certain': (
-            ),
         },
         'cannot_load_on_another_size': {
             'always': (
@@ -575,6 +578,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
                 'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
                 'load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)',
+            ),
+            'certain': (
+                'disk_bytes',
             ),
             'may': (
                 "AdamW's moments and step come back, resharded to the new number of ranks",
@@ -594,14 +600,16 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
-            'certain': (
-                'disk_bytes',
-            ),
         },
         'optimizer_not_resharded': {
             'always': (
                 "AdamW's moments and step come back, resharded to the new number of ranks",
                 'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+            ),
+            'certain': (
+                'disk_bytes',
+                'the final parameters',
+                'the state after load() (moments)',
             ),
             'may': (
                 "AdamW's moments and step come back, resharded to the new number of ranks",
@@ -628,15 +636,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
                 'the state after load() (adam_step): smaller',
             ),
-            'certain': (
-                'disk_bytes',
-                'the final parameters',
-                'the state after load() (moments)',
-            ),
         },
         'gathers_on_rank_0': {
             'always': (
                 'Each rank saves only its own shards, never the gathered state (memory measured outside the ranks)',
+            ),
+            'certain': (
+                'disk_bytes',
             ),
             'may': (
                 'Each rank saves only its own shards, never the gathered state (memory measured outside the ranks)',
@@ -652,9 +658,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
-            'certain': (
-                'disk_bytes',
-            ),
         },
         'does_nothing': {
             'always': (
@@ -664,6 +667,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
                 'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
                 'load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)',
+            ),
+            'certain': (
+                'disk_bytes',
+                'the state after load() (adam_step)',
+                'the state after load() (moments)',
+                'the state after load() (params)',
+                'the step load() returned',
+                'what each resumed step read',
             ),
             'may': (
                 "AdamW's moments and step come back, resharded to the new number of ranks",
@@ -703,14 +714,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'what each resumed step read @ same_size',
             ),
             'sizes': (
-            ),
-            'certain': (
-                'disk_bytes',
-                'the state after load() (adam_step)',
-                'the state after load() (moments)',
-                'the state after load() (params)',
-                'the step load() returned',
-                'what each resumed step read',
             ),
         },
     },
