@@ -91,12 +91,15 @@ def check_shards_only(student, reference):
 
 def checkpointed_for_real(got: dict, want: dict) -> str | None:
     """The evidence: after load() the parameters are the trained ones of the run at that step (only a real save and
-    load give them); in the memory scenario, the directory holds at least half the state's bytes (measured by the
-    launcher after the ranks ended)."""
+    load give them); in the memory scenario, the ranks trained the seeded model and the directory holds at least half
+    the state's bytes (measured by the launcher after the ranks ended)."""
     if want["case"]["memory"]:
-        if (got.get("disk_bytes") or 0) >= STATE_BYTES / 2:
+        ranks = got.get("ranks")
+        trained = isinstance(ranks, list) and ranks and close(ranks[0]["trained"], want["ranks"][0]["trained"],
+                                                              atol=1e-6, rtol=1e-6)
+        if trained and (got.get("disk_bytes") or 0) >= STATE_BYTES / 2:
             return None
-        return f"when {want['case']['what']}, the checkpoint directory did not hold the state."
+        return f"when {want['case']['what']}, the checkpoint directory did not hold the trained state."
     ranks = got.get("ranks")
     if isinstance(ranks, list) and ranks and close(ranks[0]["after_load"]["params"],
                                                    want["ranks"][0]["after_load"]["params"], atol=RESIZE_ATOL):
