@@ -9,7 +9,7 @@ SAME_RTOL = 1e-6                   # same world size: the same sums in the same 
 RESIZE_ATOL = 1e-4                 # another world size: the gradient's sum over ranks in another order (stated)
 # The memory scenario: MEMORY_LAYERS × Linear(WIDTH, WIDTH) sharded over 2 ranks, one step, one save. Its whole
 # state (weights and AdamW's two moments) is 3 × 4 × 1.05 MB ≈ 12 MiB: 6 MiB a rank, one file each, under the
-# sandbox's 8 MiB per file. Measured: the reference's peak 36.2 MiB a rank (±0.2), a rank that gathers holds 11 more.
+# sandbox's 8 MiB per file. Measured: the reference's peak 12.7 to 13.6 MiB a rank, a rank that gathers holds 10 more.
 WIDTH, MEMORY_LAYERS = 512, 4
 STATE_BYTES = 3 * MEMORY_LAYERS * (WIDTH * WIDTH + WIDTH) * 4
 GATHERED_SHARE = 0.5               # over the reference's peak on some rank: half the whole state is a gather

@@ -15,7 +15,10 @@ import warnings
 from pathlib import Path
 
 import torch
+import torch._dynamo  # noqa: F401  torch.optim imports it lazily (seconds): here, once, not per rank
 import torch.distributed as dist
+import torch.distributed.device_mesh  # noqa: F401  the same for DTensor's modules: imported in the launcher, a
+import torch.distributed.tensor  # noqa: F401  rank's memory grows by what it allocates, not by what it imports
 from torch import nn
 
 from coursekit.failures import ShuffledBatches
@@ -255,7 +258,18 @@ def run_scenario(cls, case: dict) -> dict:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def preload() -> None:
+    """DCP's modules, imported in the launcher as well (where they import: torch's own FSDP, which they need, may
+    be switched off), so that every launcher's ranks start from the same imports and their memory compares."""
+    try:
+        import torch.distributed.checkpoint  # noqa: F401
+        import torch.distributed.checkpoint.state_dict  # noqa: F401
+    except ImportError:
+        pass
+
+
 def observe(fn, *, salt: int = 0) -> dict:
+    preload()
     return observation(salt, cases(salt), lambda case: run_scenario(fn, case))
 
 
