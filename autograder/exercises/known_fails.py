@@ -697,6 +697,244 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
         },
     },
+    'Checkpointer': {
+        'no_rng_saved': {
+            'always': (
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
+            ),
+            'certain': (
+                'the final parameters',
+                'what each resumed step read',
+            ),
+            'may': (
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
+            ),
+            'wrong': (
+                'the final parameters',
+                'what each resumed step read',
+            ),
+            'signs': (
+                'the final parameters: off',
+                'what each resumed step read: off',
+            ),
+            'places': (
+                'the final parameters @ resize',
+                'the final parameters @ same_size',
+                'what each resumed step read @ resize',
+                'what each resumed step read @ same_size',
+            ),
+            'sizes': (
+            ),
+        },
+        'no_data_position': {
+            'always': (
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
+            ),
+            'certain': (
+                'the final parameters',
+                'what each resumed step read',
+            ),
+            'may': (
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
+            ),
+            'wrong': (
+                'disk_bytes',
+                'the final parameters',
+                'what each resumed step read',
+            ),
+            'signs': (
+                'disk_bytes: off',
+                'the final parameters: off',
+                'what each resumed step read: off',
+            ),
+            'places': (
+                'disk_bytes @ memory',
+                'the final parameters @ resize',
+                'the final parameters @ same_size',
+                'what each resumed step read @ resize',
+                'what each resumed step read @ same_size',
+            ),
+            'sizes': (
+            ),
+        },
+        'writes_in_place': {
+            'always': (
+                "AdamW's moments and step come back, resharded to the new number of ranks",
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)',
+            ),
+            'certain': (
+            ),
+            'may': (
+                "AdamW's moments and step come back, resharded to the new number of ranks",
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
+            ),
+        },
+        'cannot_load_on_another_size': {
+            'always': (
+                "AdamW's moments and step come back, resharded to the new number of ranks",
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)',
+            ),
+            'certain': (
+                'disk_bytes',
+            ),
+            'may': (
+                "AdamW's moments and step come back, resharded to the new number of ranks",
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)',
+            ),
+            'wrong': (
+                'disk_bytes',
+            ),
+            'signs': (
+                'disk_bytes: off',
+                'raised',
+            ),
+            'places': (
+                'disk_bytes @ memory',
+            ),
+            'sizes': (
+            ),
+        },
+        'optimizer_not_resharded': {
+            'always': (
+                "AdamW's moments and step come back, resharded to the new number of ranks",
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+            ),
+            'certain': (
+                'disk_bytes',
+                'the final parameters',
+                'the state after load() (moments)',
+            ),
+            'may': (
+                "AdamW's moments and step come back, resharded to the new number of ranks",
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+            ),
+            'wrong': (
+                'disk_bytes',
+                'the final parameters',
+                'the state after load() (adam_step)',
+                'the state after load() (moments)',
+            ),
+            'signs': (
+                'disk_bytes: off',
+                'the final parameters: off',
+                'the state after load() (adam_step): off',
+                'the state after load() (moments): zeros',
+            ),
+            'places': (
+                'disk_bytes @ memory',
+                'the final parameters @ resize',
+                'the state after load() (adam_step) @ resize',
+                'the state after load() (moments) @ resize',
+            ),
+            'sizes': (
+                'the state after load() (adam_step): smaller',
+            ),
+        },
+        'gathers_on_rank_0': {
+            'always': (
+                'Each rank saves only its own shards, never the gathered state (memory measured outside the ranks)',
+            ),
+            'certain': (
+                'disk_bytes',
+            ),
+            'may': (
+                'Each rank saves only its own shards, never the gathered state (memory measured outside the ranks)',
+            ),
+            'wrong': (
+                'disk_bytes',
+            ),
+            'signs': (
+                'disk_bytes: off',
+            ),
+            'places': (
+                'disk_bytes @ memory',
+            ),
+            'sizes': (
+            ),
+        },
+        'does_nothing': {
+            'always': (
+                "AdamW's moments and step come back, resharded to the new number of ranks",
+                'Each rank saves only its own shards, never the gathered state (memory measured outside the ranks)',
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
+                'load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)',
+            ),
+            'certain': (
+                'disk_bytes',
+                'the state after load() (adam_step)',
+                'the state after load() (moments)',
+                'the state after load() (params)',
+                'the step load() returned',
+                'what each resumed step read',
+            ),
+            'may': (
+                "AdamW's moments and step come back, resharded to the new number of ranks",
+                'Each rank saves only its own shards, never the gathered state (memory measured outside the ranks)',
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
+                'load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)',
+            ),
+            'wrong': (
+                'disk_bytes',
+                'the state after load() (adam_step)',
+                'the state after load() (moments)',
+                'the state after load() (params)',
+                'the step load() returned',
+                'what each resumed step read',
+            ),
+            'signs': (
+                'disk_bytes: zeros',
+                'the state after load() (adam_step): zeros',
+                'the state after load() (moments): zeros',
+                'the state after load() (params): off',
+                'the step load() returned: missing',
+                'what each resumed step read: off',
+            ),
+            'places': (
+                'disk_bytes @ memory',
+                'the state after load() (adam_step) @ resize',
+                'the state after load() (adam_step) @ same_size',
+                'the state after load() (moments) @ resize',
+                'the state after load() (moments) @ same_size',
+                'the state after load() (params) @ resize',
+                'the state after load() (params) @ same_size',
+                'the step load() returned @ resize',
+                'the step load() returned @ same_size',
+                'what each resumed step read @ resize',
+                'what each resumed step read @ same_size',
+            ),
+            'sizes': (
+            ),
+        },
+    },
     'ExpertParallelMoE': {
         'all_gathers_the_tokens': {
             'always': (

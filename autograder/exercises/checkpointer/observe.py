@@ -1,0 +1,284 @@
+"""Observing ``Checkpointer`` on real ranks: trained, killed from outside, cut off and resumed on another world size.
+
+Each scenario is two launches. Before: the ranks train with the student's checkpointer, saving after every step and
+stopping at the grader's gate after each save; the launcher snapshots the directory at the gate before the chosen
+save and, once every rank has reached the gate after it, kills them all (SIGKILL). Where the scenario says so, it then
+cuts that save back to what a kill in the middle of it leaves (``cut_off``). After: a fresh model on the new number
+of ranks calls ``load()`` and trains to the end. The model is sharded the way FSDP2 shards it (every parameter a
+DTensor split by rows over the ranks), by the grader's own code: the grader's sandbox switches torch's FSDP off.
+"""
+import os
+import shutil
+import signal
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+import torch._dynamo  # noqa: F401  torch.optim imports it lazily (seconds): here, once, not per rank
+import torch.distributed as dist
+import torch.distributed.device_mesh  # noqa: F401  the same for DTensor's modules: imported in the launcher, a
+import torch.distributed.tensor  # noqa: F401  rank's memory grows by what it allocates, not by what it imports
+from torch import nn
+
+from coursekit.failures import ShuffledBatches
+
+from ..meter import GatePolicy
+from ..observing import float32_data, observation, plain
+from ..ranks import ask_gate, run_on_ranks, student_call
+from .cases import GLOBAL_BATCH, LR, ROWS, cases, expected_step
+
+LAUNCH_S = 25  # one launch; a correct one takes about a second, several on a loaded 2-core machine
+MAX_FILES, MAX_SNAPSHOT_BYTES = 512, 16 << 20  # what the grader reads back of a student's checkpoint directory
+
+
+# ---- the grader's model, data and step -------------------------------------------------------------
+
+class ShardedMLP(nn.Module):
+    """Linear layers with Tanh between, every parameter a DTensor sharded by rows (Shard(0)) over the ranks, as
+    FSDP2 keeps them; each forward gathers a layer (all-gather), and its backward reduce-scatters the gradient."""
+
+    def __init__(self, sizes, mesh):
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+        for layer in self.layers:
+            for name, p in list(layer.named_parameters()):
+                setattr(layer, name, nn.Parameter(distribute_tensor(p.detach(), mesh, [Shard(0)], src_data_rank=None)))
+
+    def forward(self, x):
+        from torch.distributed.tensor import Partial, Replicate
+
+        def gathered(p):  # the gradient of the local copy is partial: summed over ranks into each rank's rows
+            return p.redistribute(placements=[Replicate()]).to_local(grad_placements=[Partial()])
+
+        for i, layer in enumerate(self.layers):
+            x = nn.functional.linear(x, gathered(layer.weight), gathered(layer.bias))
+            x = torch.tanh(x) if i < len(self.layers) - 1 else x
+        return x
+
+
+def new_run(case: dict):
+    """What a fresh process builds from the seeds: model, optimizer and loader; the RNG seeded the same on every
+    rank (so every rank draws the same random numbers, and one saved state serves any world size)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.manual_seed(case["model_seed"])
+    model = ShardedMLP(case["sizes"], init_device_mesh("cpu", (dist.get_world_size(),)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    x = torch.randn(ROWS, case["sizes"][0], generator=torch.Generator().manual_seed(case["data_seed"]))
+    loader = ShuffledBatches(x, x.sum(1, keepdim=True).sin(), GLOBAL_BATCH, seed=case["data_seed"])
+    torch.manual_seed(case["data_seed"] + 1)
+    return model, optimizer, loader
+
+
+def train_step(model, optimizer, loader) -> list[float]:
+    """One step on this rank's rows of the global batch, weighted by random numbers drawn for the whole batch (the
+    part of a step that reads the RNG: dropout, augmentation); returns what it read (sums of batch and noise)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    x, y = loader.next_batch()
+    noise = torch.rand(len(x))
+    mine = slice(rank, None, world_size)
+    loss = ((model(x[mine]) - y[mine]).square().mean(1) * noise[mine]).sum() / GLOBAL_BATCH
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return [float(x.double().sum()), float(noise.double().sum())]
+
+
+def whole_state(model, optimizer) -> dict:
+    """Every parameter and both AdamW moments (zeros where AdamW holds none yet), gathered (a collective), as
+    float32 lists; AdamW's step count."""
+    params, moments, steps = [], [], []
+    for p in model.parameters():
+        state = optimizer.state.get(p, {})
+        params += float32_data(p.detach().full_tensor().flatten())
+        for name in ("exp_avg", "exp_avg_sq"):
+            moment = state.get(name)
+            moments += float32_data(moment.full_tensor().flatten()) if moment is not None else [0.0] * p.numel()
+        steps.append(float(state["step"]) if "step" in state else 0.0)
+    return {"params": params, "moments": moments, "adam_step": max(steps, default=0.0)}
+
+
+def trained_digest(model) -> list[float]:
+    """The sum and the sum of squares of every parameter, over all ranks: what the seeded training made."""
+    local = torch.zeros(2, dtype=torch.float64)
+    for p in model.parameters():
+        t = p.detach().to_local().double()
+        local += torch.stack([t.sum(), t.square().sum()])
+    dist.all_reduce(local)
+    return local.tolist()
+
+
+def quiet():
+    warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr, and so would
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # gloo's own abort message on mismatched collectives
+
+
+# ---- inside the ranks ------------------------------------------------------------------------------
+
+def before_rank(rank: int, world_size: int, cls, case: dict, directory: str) -> dict:
+    """Train from nothing with the student's checkpointer; the grader's gate after every save (killed at one)."""
+    quiet()
+    model, optimizer, loader = new_run(case)
+    checkpointer = student_call(cls, directory, model, optimizer, loader)
+    found = student_call(checkpointer.load)
+    for step in range(case["steps"]):
+        train_step(model, optimizer, loader)
+        student_call(checkpointer.save, step + 1)
+        ask_gate("saved", torch.tensor([float(step + 1)]))
+    return {"forbidden": False, "load_on_empty": plain(found), "trained": trained_digest(model)}
+
+
+def after_rank(rank: int, world_size: int, cls, case: dict, directory: str) -> dict:
+    """A fresh process on the new world size: load(), then train to the end, saving as before."""
+    quiet()
+    model, optimizer, loader = new_run(case)
+    checkpointer = student_call(cls, directory, model, optimizer, loader)
+    found = student_call(checkpointer.load)
+    start = found if isinstance(found, int) and 0 <= found <= case["steps"] else 0
+    loaded = whole_state(model, optimizer)
+    read = []
+    for step in range(start, case["steps"]):
+        read.append(train_step(model, optimizer, loader))
+        student_call(checkpointer.save, step + 1)
+    final = whole_state(model, optimizer)
+    if rank:
+        return {"forbidden": False, "loaded": plain(found)}
+    return {"forbidden": False, "loaded": plain(found), "after_load": loaded, "read": read, "final": final["params"]}
+
+
+def never_failed_rank(rank: int, world_size: int, case: dict) -> dict:
+    """The run that never failed, on the first world size: what it read each step, and its state at the step a
+    resumed run must start from and at the end."""
+    quiet()
+    model, optimizer, loader = new_run(case)
+    read, at_resume = [], None
+    for step in range(case["steps"]):
+        if step == expected_step(case):
+            at_resume = whole_state(model, optimizer)
+        read.append(train_step(model, optimizer, loader))
+    final = whole_state(model, optimizer)
+    return {"read": read, "at_resume": at_resume, "final": final["params"]} if rank == 0 else {}
+
+
+# ---- the launcher's side: kill, cut off, measure the directory -------------------------------------
+
+def snapshot(directory: Path, contents: bool) -> dict:
+    """Every regular file under ``directory`` (symbolic links and others ignored): its inode, size and times, and
+    with ``contents`` its bytes (up to a limit)."""
+    found, budget = {}, MAX_SNAPSHOT_BYTES
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = Path(root) / name
+            try:
+                st = os.lstat(path)
+                if not path.is_file() or path.is_symlink() or len(found) >= MAX_FILES:
+                    continue
+                data = None
+                if contents and st.st_size <= budget:
+                    data, budget = path.read_bytes(), budget - st.st_size
+                found[str(path.relative_to(directory))] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, data)
+            except OSError:
+                continue
+    return found
+
+
+def cut_off(directory: Path, before: dict) -> None:
+    """Make the newest save look as a kill in the middle of it leaves it: its last file operation (by change time)
+    never happened (a file it created is gone, one it renamed over an older file is the older file again, one it
+    wrote in place holds its first half), and the file it wrote just before, the one the kill interrupted, holds only
+    its first half."""
+    now = snapshot(directory, contents=False)
+    changed = sorted((p for p in now if p not in before or before[p][:4] != now[p][:4]),
+                     key=lambda p: (now[p][3], now[p][2]))
+    for p in changed[-2:]:
+        path = directory / p
+        replaced = p not in before or before[p][0] != now[p][0]  # a new inode: created, or renamed into place
+        try:
+            if p == changed[-1] and replaced:
+                path.unlink()
+                if p in before and before[p][4] is not None:
+                    path.write_bytes(before[p][4])
+            else:
+                os.truncate(path, now[p][1] // 2)
+        except OSError:
+            pass
+
+
+def disk_bytes(directory: Path) -> int:
+    return sum(v[1] for v in snapshot(directory, contents=False).values())
+
+
+class KillAfterSave(GatePolicy):
+    """Every rank waits at each gate (after each save) until all have reached it. At the gate after save
+    ``kill_after - 1`` the directory is snapshot; at the gate after save ``kill_after`` every rank is killed."""
+
+    def __init__(self, world_size: int, kill_after: int, directory: Path):
+        super().__init__(world_size)
+        self.kill_after, self.directory = kill_after, directory
+        self.waiting: dict[int, set[int]] = {}
+        self.before, self.killed = {}, False
+
+    def request(self, rank: int, request, meter) -> list[tuple[int, float]]:
+        index = self.record(rank, request, meter)
+        arrived = self.waiting.setdefault(index, set())
+        arrived.add(rank)
+        if len(arrived) < self.world_size:
+            return []
+        del self.waiting[index]
+        saved = index + 1
+        if saved == self.kill_after - 1:
+            self.before = snapshot(self.directory, contents=True)
+        if saved == self.kill_after:
+            for pid in meter.pids:
+                os.kill(pid, signal.SIGKILL)  # from outside, as a node failure would
+            self.killed = True
+            return []
+        return [(r, 1.0) for r in sorted(arrived)]
+
+
+def run_scenario(cls, case: dict) -> dict:
+    directory = Path(tempfile.mkdtemp(prefix="checkpointer-"))
+    try:
+        if case["memory"]:
+            found = run_on_ranks(before_rank, case["killed_on"], cls, case, str(directory), peaks=True,
+                                 timeout=LAUNCH_S)
+            return {**found, "disk_bytes": disk_bytes(directory)} if "ranks" in found else found
+        policy = KillAfterSave(case["killed_on"], case["kill_after"], directory)
+        found = run_on_ranks(before_rank, case["killed_on"], cls, case, str(directory), gates=policy,
+                             timeout=LAUNCH_S)
+        if not policy.killed:
+            return found if "error" in found else {"error": "the ranks ended before the grader's kill"}
+        if case["cut_off"]:
+            cut_off(directory, policy.before)
+        return run_on_ranks(after_rank, case["world_size"], cls, case, str(directory), timeout=LAUNCH_S)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def preload() -> None:
+    """DCP's modules, imported in the launcher as well (where they import: torch's own FSDP, which they need, may
+    be switched off), so that every launcher's ranks start from the same imports and their memory compares."""
+    try:
+        import torch.distributed.checkpoint  # noqa: F401
+        import torch.distributed.checkpoint.state_dict  # noqa: F401
+    except ImportError:
+        pass
+
+
+def observe(fn, *, salt: int = 0) -> dict:
+    preload()
+    return observation(salt, cases(salt), lambda case: run_scenario(fn, case))
+
+
+def observe_reference(fn, *, salt: int = 0) -> dict:
+    result = observe(fn, salt=salt)
+    for observed in result["scenarios"].values():
+        if "ranks" not in observed:
+            raise RuntimeError(f"the reference Checkpointer failed when {observed['case']['what']}: {observed['error']}")
+        if not observed["case"]["memory"]:
+            truth = run_on_ranks(never_failed_rank, observed["case"]["killed_on"], observed["case"], timeout=LAUNCH_S)
+            observed["truth"] = truth["ranks"][0]
+    return result
