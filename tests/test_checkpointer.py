@@ -13,11 +13,9 @@ EX, NB = "Checkpointer", "09_failures.ipynb"
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the sandbox's stub over torch/distributed/fsdp (and tensor/parallel) removes "
-                   "modules that torch.distributed.checkpoint imports (fsdp._shard_utils, tensor.parallel.fsdp): "
-                   "students' code cannot import DCP there until the stubs spare Lesson 9 (a decision for the lead)")
 def test_class_grading_full_partial_zero_without_leftovers(tmp_path, subreaper):
-    """The solution full, a classic mistake partial, the blank notebook 0, and no process left."""
+    """The solution full, a classic mistake partial, the blank notebook 0, and no process left: through the real
+    sandbox, in a worker that keeps the FSDP and tensor-parallel modules DCP imports (Exercise.needs_libraries)."""
     rows = grade_one_exercise_class(tmp_path, NB, EX, {"alice": reference_source(EX), "bob": None,
                                                        "carl": WRONG["optimizer_not_resharded"][0]})
     assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 12, rows["alice"]["feedback"]

@@ -1,5 +1,6 @@
-"""An exercise whose own method uses a library the others forbid (Lesson 9's checkpoints shard with FSDP2) is graded
-in a worker of its own, where that library alone is left in place; every other exercise keeps every stub."""
+"""An exercise whose own method uses a library the others forbid (Lesson 9's checkpoints import FSDP's modules) is
+graded in a worker of its own, where that library alone is left in place, and ranks whose method shares files get a
+worker whose ranks share /tmp; every other exercise keeps every stub and one /tmp per rank."""
 from types import SimpleNamespace
 
 from autograder.grader import grading
@@ -25,15 +26,17 @@ def test_the_stubs_without_a_library_keep_every_other_one():
 
 def test_tasks_that_need_a_library_run_in_a_worker_of_their_own(monkeypatch):
     needs = {"A": (), "B": (FSDP,), "C": ()}
-    monkeypatch.setattr(grading, "get_exercise", lambda name: SimpleNamespace(needs_libraries=needs[name], ranks=False))
-    workers = []
+    monkeypatch.setattr(grading, "get_exercise", lambda name: SimpleNamespace(
+        needs_libraries=needs[name], ranks=False, ranks_share_files=name == "B"))
+    workers, isolated = [], {}
 
     def run_tasks(tasks, sandbox, **_):
         workers.append(([t.exercise for t in tasks], [target for _, target in sandbox.stubs.binds]))
+        isolated[tuple(t.exercise for t in tasks)] = sandbox.isolate_ranks
         return {t.key: None for t in tasks}, 1.0
 
     monkeypatch.setattr(grading, "run_tasks", run_tasks)
-    sandbox = Sandbox("off", Limits(), None, stubs=forbidden.locate())
+    sandbox = Sandbox("off", Limits(), None, stubs=forbidden.locate(), isolate_ranks=True)
     tasks = [Task(f"nb::{name}", name, (), 10.0, 0) for name in needs]
     results, _ = grading.run_isolated(tasks, sandbox)
     assert set(results) == {"nb::A", "nb::B", "nb::C"}
@@ -41,3 +44,4 @@ def test_tasks_that_need_a_library_run_in_a_worker_of_their_own(monkeypatch):
     assert set(by_exercises) == {("A", "C"), ("B",)}
     assert any(FSDP in target for target in by_exercises[("A", "C")])
     assert not any(FSDP in target for target in by_exercises[("B",)])
+    assert isolated == {("A", "C"): True, ("B",): False}

@@ -77,6 +77,9 @@ class Exercise:
     # Libraries other exercises forbid (grader/sandbox/forbidden.FORBIDDEN entries) that this one's own method uses
     # (Lesson 9's checkpoints shard with FSDP2): its tasks run in a worker without those stubs.
     needs_libraries: tuple[str, ...] = ()
+    # The ranks' own method shares files (Lesson 9's checkpoints: every rank writes its shards into one folder, and a
+    # restart reads them): graded in a worker whose ranks keep the sandbox's /tmp in common instead of one each.
+    ranks_share_files: bool = False
 
     def __post_init__(self):
         if any(check.evidence for check in self.checks) and self.evidence is None:

@@ -10,7 +10,7 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ..authoring.course import Course
 from ..exercises import get_exercise
@@ -169,12 +169,18 @@ RANK_EXERCISES_ALONE = AloneOrShared()
 
 
 def run_isolated(tasks: list[Task], sandbox: Sandbox) -> tuple[dict, float]:
-    """One student's tasks in one worker, except that exercises which need a library the others forbid
-    (``Exercise.needs_libraries``) run in a worker of their own with that library in place."""
+    """One student's tasks in one worker, except that an exercise which needs a library the others forbid
+    (``Exercise.needs_libraries``) or ranks that share files (``Exercise.ranks_share_files``) runs in a worker of
+    its own, made so."""
+    def needs(task: Task) -> tuple[tuple[str, ...], bool]:
+        exercise = get_exercise(task.exercise)
+        return exercise.needs_libraries, exercise.ranks_share_files
+
     results, peak_mib = {}, 0.0
-    for libraries in sorted({get_exercise(t.exercise).needs_libraries for t in tasks}):
-        group = [t for t in tasks if get_exercise(t.exercise).needs_libraries == libraries]
-        more, peak = _run_in_one_worker(group, sandbox.allowing(libraries))
+    for libraries, share_files in sorted({needs(t) for t in tasks}):
+        group = [t for t in tasks if needs(t) == (libraries, share_files)]
+        made = sandbox.allowing(libraries)
+        more, peak = _run_in_one_worker(group, replace(made, isolate_ranks=False) if share_files else made)
         results, peak_mib = {**results, **more}, max(peak_mib, peak)
     return results, peak_mib
 
@@ -233,7 +239,13 @@ def reference_observations(course: Course, exercises: list[str], sandbox: Sandbo
     exercise's held-out scenarios (``salt=None``, class grading) or on those of the given salt (0: public)."""
     tasks = [Task(e, e, tuple(course.reference_cells(e)), max(get_exercise(e).timeout_s, 120),
                   held_out_salt(course, e) if salt is None else salt) for e in exercises]
-    results, _ = run_tasks(tasks, sandbox, as_reference=True)
+    results = {}
+    for share_files in (False, True):  # as the students' are (run_isolated); the reference's keeps every library
+        group = [t for t in tasks if get_exercise(t.exercise).ranks_share_files == share_files]
+        if group:
+            got, _ = run_tasks(group, replace(sandbox, isolate_ranks=False) if share_files else sandbox,
+                               as_reference=True)
+            results.update(got)
     broken = {k: r.reason for k, r in results.items() if r.status != "ok"}
     if broken:
         raise RuntimeError(f"the reference solutions could not be observed: {broken}")

@@ -22,6 +22,10 @@ EXERCISE = Exercise(
     ranks=True,
     evidence=checks.checkpointed_for_real,
     timeout_s=150,  # five launches; a deadlocking submission spends observe.LAUNCH_S in each
+    # torch.distributed.checkpoint imports parts of FSDP and tensor parallelism, which MiniFSDP's and
+    # TensorParallelMLP's students must not have: this exercise is graded in a worker that keeps them
+    needs_libraries=("torch/distributed/fsdp", "torch/distributed/tensor/parallel"),
+    ranks_share_files=True,  # the ranks write one checkpoint folder, which the next launch reads
     checks=[
         Check("Resumed on the same number of ranks, ends with the parameters of a run that never failed", 2,
               checks.check_same_size, evidence=("same_size",)),
