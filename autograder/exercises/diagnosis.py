@@ -255,7 +255,9 @@ def contradictions(seen: list[dict], where: Localisation, timed: bool = False) -
     certain = {q for s in seen for q in s.get("certain", ())}  # wrong first in every run of its variants
     out += [f"{q}: right" for q in sorted(certain & set(where.right))]
     if not timed:  # where the variants are wrong whatever the data: right here is no sign of them
-        certain_places = {p for s in seen for p in s.get("certain_places", ())}
+        # only for the results they always get wrong first: which other results a data-dependent mistake spoils
+        # depends on the salt (clips_before_unscaling leaves the given scaler's scales right under most salts)
+        certain_places = {p for s in seen for p in s.get("certain_places", ()) if p.split(" @ ")[0] in certain}
         out += [f"{p}: right" for p in sorted(certain_places & set(where.right_places))]
         out += [f"{p}: wrong" for p in where.parts if all(p in s.get("right_parts", ()) for s in seen)]
     return out
