@@ -43,6 +43,19 @@ def run_time(path: Path) -> float:
     return time.perf_counter() - start
 
 
+def superseded(conditions: str, measured: set[str]) -> str:
+    """``conditions`` without the notebooks measured again: an earlier "re-measured" clause keeps only the others
+    (and goes when none is left)."""
+    first, *clauses = conditions.split("; re-measured ")
+    kept = []
+    for clause in clauses:
+        when, _, names = clause.rpartition(": ")
+        left = [n for n in names.split(", ") if n not in measured]
+        if left:
+            kept.append(f"{when}: {', '.join(left)}")
+    return "; re-measured ".join([first, *kept])
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=TIMES)
@@ -64,7 +77,8 @@ def main(argv=None) -> None:
     if args.only:  # keep the other notebooks' times, and say which were measured when
         entry = json.loads(args.out.read_text()) if args.out.exists() else entry
         entry["seconds"] = {**entry["seconds"], **seconds}
-        entry["conditions"] += f"; re-measured {today} ({conditions}): {', '.join(seconds)}"
+        entry["conditions"] = superseded(entry["conditions"], set(seconds)) + \
+            f"; re-measured {today} ({conditions}): {', '.join(sorted(seconds))}"
     args.out.write_text(json.dumps(entry, indent=2, ensure_ascii=False) + "\n")
     print(f"wrote {args.out}")
 

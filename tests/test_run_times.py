@@ -41,3 +41,12 @@ def test_start_page_prints_the_recorded_run_times(capsys):
     entry = load_run_times()
     assert "RECORDED on" in out and entry["date"] in out
     assert all(format_seconds(s) in out for s in entry["seconds"].values())
+
+
+def test_a_re_measured_notebook_leaves_its_earlier_conditions():
+    from bench.lesson_times import superseded
+
+    before = ("kernel start included; load 3; re-measured 2026-12-05 (load 9): a.ipynb, b.ipynb; "
+              "re-measured 2026-12-06 (load 8): c.ipynb")
+    assert superseded(before, {"b.ipynb", "c.ipynb"}) == "kernel start included; load 3; re-measured 2026-12-05 (load 9): a.ipynb"
+    assert superseded(before, set()) == before
