@@ -168,19 +168,25 @@ class AloneOrShared:
 RANK_EXERCISES_ALONE = AloneOrShared()
 
 
-def run_isolated(tasks: list[Task], sandbox: Sandbox) -> tuple[dict, float]:
-    """One student's tasks in one worker, except that an exercise which needs a library the others forbid
-    (``Exercise.needs_libraries``) or ranks that share files (``Exercise.ranks_share_files``) runs in a worker of
-    its own, made so."""
+def by_worker(tasks: list[Task], sandbox: Sandbox):
+    """``(tasks, sandbox)`` per kind of worker the tasks need: an exercise that needs a library the others forbid
+    (``Exercise.needs_libraries``) or whose ranks share files (``Exercise.ranks_share_files``) gets a worker of its
+    own, made so; every other one the sandbox as it is."""
     def needs(task: Task) -> tuple[tuple[str, ...], bool]:
         exercise = get_exercise(task.exercise)
         return exercise.needs_libraries, exercise.ranks_share_files
 
-    results, peak_mib = {}, 0.0
     for libraries, share_files in sorted({needs(t) for t in tasks}):
-        group = [t for t in tasks if needs(t) == (libraries, share_files)]
         made = sandbox.allowing(libraries)
-        more, peak = _run_in_one_worker(group, replace(made, isolate_ranks=False) if share_files else made)
+        yield ([t for t in tasks if needs(t) == (libraries, share_files)],
+               replace(made, isolate_ranks=False) if share_files else made)
+
+
+def run_isolated(tasks: list[Task], sandbox: Sandbox) -> tuple[dict, float]:
+    """One student's tasks in one worker per kind they need (``by_worker``)."""
+    results, peak_mib = {}, 0.0
+    for group, made in by_worker(tasks, sandbox):
+        more, peak = _run_in_one_worker(group, made)
         results, peak_mib = {**results, **more}, max(peak_mib, peak)
     return results, peak_mib
 
@@ -240,12 +246,8 @@ def reference_observations(course: Course, exercises: list[str], sandbox: Sandbo
     tasks = [Task(e, e, tuple(course.reference_cells(e)), max(get_exercise(e).timeout_s, 120),
                   held_out_salt(course, e) if salt is None else salt) for e in exercises]
     results = {}
-    for share_files in (False, True):  # as the students' are (run_isolated); the reference's keeps every library
-        group = [t for t in tasks if get_exercise(t.exercise).ranks_share_files == share_files]
-        if group:
-            got, _ = run_tasks(group, replace(sandbox, isolate_ranks=False) if share_files else sandbox,
-                               as_reference=True)
-            results.update(got)
+    for group, made in by_worker(tasks, sandbox):  # as the students' are; a reference's worker keeps every library
+        results.update(run_tasks(group, made, as_reference=True)[0])
     broken = {k: r.reason for k, r in results.items() if r.status != "ok"}
     if broken:
         raise RuntimeError(f"the reference solutions could not be observed: {broken}")
