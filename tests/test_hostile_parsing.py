@@ -4,6 +4,7 @@ Hypothesis generates notebook JSON, worker result lines and report text; bounded
 module to a few seconds. The end-to-end versions of these attacks are in test_hostile_class.py.
 """
 import csv
+import functools
 import io
 import json
 import os
@@ -319,6 +320,7 @@ def test_typed_cell_json_drops_outputs_and_escapes_html():
 
 # ---- the observation boundary (a student's observation, parsed on the reference's shapes) ---------------
 
+@functools.cache  # loaded once: the property tests below grade against them hundreds of times
 def _shipped_references() -> dict[str, dict]:
     from autograder.selfcheck.recorded import load_recorded
 
