@@ -134,12 +134,14 @@ SAME_EFFECT = {  # name: (exercise, cell, the cause)
 CRASHES = {  # name: (exercise, cell, phrases)
     "zero_stage3_undefined_name": ("zero_memory_per_rank", _ZERO.replace("return (w + g + k) * psi / n",
                                                                           "return (w + g + k) * psi / world"),
-                                   ["raised NameError", "each time on stage 3", "ran without raising"]),
+                                   ["raised NameError", "each time on stage 3", "ran without raising",
+                                    "of student cell: `return (w + g + k) * psi / world`"]),
     "acc_asserts_whole_windows": ("train_with_accumulation", acc._variant(
         backward="assert len(dataloader) % accumulation_steps == 0; (loss / accumulation_steps).backward()"),
         ["raised AssertionError", "ran without raising"]),
     "gpipe_one_stage_divides_by_zero": ("gpipe_schedule", gp._closed(length="2 * (m + p - 1) + 0 // (p - 1)"),
-                                        ["raised ZeroDivisionError", "only when num_stages=1"]),
+                                        ["raised ZeroDivisionError", "only when num_stages=1", "at line",
+                                         "Right where it ran without raising: "]),
     "amp_unscales_twice": ("train_amp", amp._variant(clip=amp._CLIP + "; scaler.unscale_(optimizer)"),
                            ["raised RuntimeError", "only when dtype is not bfloat16"]),
 }
@@ -400,3 +402,23 @@ def test_an_online_softmax_merge_bug_is_localised(name):
     located = " ".join(diagnosis.located)
     for phrase in phrases:
         assert phrase in located, (phrase, diagnosis.located)
+
+
+def _error_records(value):
+    if isinstance(value, dict):
+        if isinstance(value.get("error"), str):
+            yield value
+        for v in value.values():
+            yield from _error_records(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _error_records(v)
+
+
+def test_a_reference_error_quotes_no_line_of_the_solution():
+    """A student's error carries the line of their cell it came from; the reference's expected errors (the
+    ValueError zero_memory_per_rank must raise) must not: references ship to students."""
+    student = student_observation("zero_memory_per_rank", CRASHES["zero_stage3_undefined_name"][1])
+    assert any("code" in e for e in _error_records(student))
+    reference = reference_observation("zero_memory_per_rank")
+    assert list(_error_records(reference)) and not any({"cell", "line", "code"} & set(e) for e in _error_records(reference))

@@ -105,6 +105,8 @@ def _repeats(line: str, failed: list[CheckResult]) -> bool:
 def _label(line: str) -> tuple[str, str]:
     if line.startswith("Right: "):
         return "Right", line.removeprefix("Right: ")
+    if line.startswith("Right where it ran without raising: "):
+        return "Right where it ran", line.removeprefix("Right where it ran without raising: ")
     if line.startswith("Your function raised"):
         return "Raised", line
     if line.startswith("Nothing raised, but"):
@@ -174,7 +176,7 @@ def sentence(results: list[CheckResult], diagnosis: Diagnosis | None) -> str:
                       else f"{len(section.checks)} failed checks follow")
             parts.append(f"Cause {cause.id}: {cause.did} Fix: {fix} ({follow} from it.)")
         elif section.kind == "where":
-            parts += [sentence for label, sentence in section.details if label != "Right"]
+            parts += [sentence for label, sentence in section.details if not label.startswith("Right")]
         elif section.kind in ("also", "unknown"):
             parts += [f"{r.title}: {r.feedback}" for r in section.checks]
     return " | ".join(parts)

@@ -77,7 +77,9 @@ class Localisation:
             out.append("Later values differ as a consequence: " + ", ".join(self.follow[:SHOWN_RIGHT]) + ".")
         if self.right and (self.wrong or self.crashed):
             more = len(self.right) - SHOWN_RIGHT
-            out.append("Right: " + ", ".join(self.right[:SHOWN_RIGHT]) + (f" and {more} more" if more > 0 else "") + ".")
+            # after a crash, right only in the scenarios that ran: say so, or it reads as right everywhere
+            out.append(("Right where it ran without raising: " if self.crashed else "Right: ")
+                       + ", ".join(self.right[:SHOWN_RIGHT]) + (f" and {more} more" if more > 0 else "") + ".")
         return out
 
     @property
@@ -103,7 +105,7 @@ def localise(spec: Locate, student: dict, reference: dict) -> Localisation:
         wants = {path: want for path, want, _, _ in leaves} if spec.across else {}
         for path, want, have, before in leaves:
             if isinstance(have, dict) and isinstance(have.get("error"), str):
-                errors.append((key, _where(spec, path), "", have["error"]))
+                errors.append((key, _where(spec, path), _blame(student, key, path)[1], have["error"]))
                 continue
             verdict = _compare(want, have, before, factors, rtol, _safe_rows(spec, path, case, want))
             if verdict is not None and verdict[1] == "off" and any(k in spec.across for k in path):
@@ -527,12 +529,16 @@ STOPPED = {"aborted": "gloo stopped a rank (SIGABRT): a message arrived with ano
 CASE_SKIP = ("what", "seed", "model_seed", "data_seed", "lead")
 
 
-def _blame(student: dict, key: str) -> tuple[str, str]:
-    """The rank that raised a scenario's error and the line of the cell it raised at, as the student's ranks
-    reported them (ranks.py; the unparsed scenario): ("rank 1", "line 23 of your cell: `out = ...`"), or blanks.
-    Words only, from the student's own processes: they never reach a score."""
+def _blame(student: dict, key: str, path: tuple = ()) -> tuple[str, str]:
+    """The rank that raised a scenario's error (or the error at ``path`` inside it) and the line of the cell it
+    raised at, as the student's process reported them (ranks.py, observing.run_scenario; the unparsed scenario):
+    ("rank 1", "line 23 of your cell: `out = ...`"), or blanks. Words only, from the student's own processes:
+    they never reach a score."""
     raw = student.get("raw")
     data = raw.get("scenarios", {}).get(key) if isinstance(raw, dict) and isinstance(raw.get("scenarios"), dict) else None
+    for step in path[:8]:
+        data = (data.get(step) if isinstance(data, dict) and isinstance(step, str) else
+                data[step] if isinstance(data, list) and isinstance(step, int) and 0 <= step < len(data) else None)
     if not isinstance(data, dict):
         return "", ""
     rank, line, cell, code = data.get("rank"), data.get("line"), data.get("cell"), data.get("code")

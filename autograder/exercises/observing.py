@@ -16,6 +16,8 @@ import importlib
 import numbers
 from collections.abc import Callable
 
+from autograder.exercises.define import cell_line
+
 
 def observer_of(exercise):
     return importlib.import_module(exercise.observer)
@@ -25,7 +27,19 @@ def observe(exercise, fn, *, salt: int = 0, as_reference: bool = False) -> dict:
     """The exercise's observation of ``fn`` (the reference's adds what only the reference needs)."""
     module = observer_of(exercise)
     run = getattr(module, "observe_reference", module.observe) if as_reference else module.observe
-    return run(fn, salt=salt)
+    found = run(fn, salt=salt)
+    return _without_lines(found) if as_reference else found
+
+
+def _without_lines(value):
+    """The reference's observation without the lines of its cell that an expected error (a ValueError it must
+    raise) came from: references ship to students, and a line of the solution must not."""
+    if isinstance(value, dict):
+        drop = ("cell", "line", "code") if isinstance(value.get("error"), str) else ()
+        return {k: _without_lines(v) for k, v in value.items() if k not in drop}
+    if isinstance(value, list):
+        return [_without_lines(v) for v in value]
+    return value
 
 
 def observation(salt: int, cases: dict[str, dict], run: Callable[[dict], dict]) -> dict:
@@ -40,15 +54,17 @@ def observation(salt: int, cases: dict[str, dict], run: Callable[[dict], dict]) 
 
 
 def run_scenario(call: Callable[[], dict]) -> dict:
-    """Run one scenario; an exception becomes ``{"error": ...}`` so other scenarios still count."""
+    """Run one scenario; an exception becomes ``{"error": ...}`` so other scenarios still count. The error
+    carries the line of the student's cell it came from (``define.cell_line``: words for the feedback only, which
+    the parse boundary drops before any check reads the scenario)."""
     try:
         return call()
     except OSError as exc:
         if exc.errno == 27:  # EFBIG: the sandbox's file-size limit is also the output limit
             return {"error": "too much output (it printed more than the grader allows)"}
-        return {"error": describe_exception(exc)}
+        return {"error": describe_exception(exc), **cell_line(exc)}
     except Exception as exc:
-        return {"error": describe_exception(exc)}
+        return {"error": describe_exception(exc), **cell_line(exc)}
 
 
 def describe_exception(exc: BaseException) -> str:

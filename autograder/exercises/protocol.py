@@ -33,6 +33,10 @@ from .parse import parse_observation
 from .reading import ScenarioError, scenario, scenario_keys, what
 
 FEEDBACK_CHARS = 1000  # one check's sentence: the checks' own words, with at most a short quote of the student's
+# The evidence rule's sentence: the check's own measurement is right (say so: credit what is right), but it counts
+# only with right values, since a function that computes nothing or computes wrong would pass it too.
+UNCONFIRMED = ("What this check measures is right here, but it counts only when the same run's results are right "
+               "(a function that computes nothing, or computes wrong values, would pass it too):")
 
 Observation = dict  # {"salt": int, "scenarios": {key: scenario}, ...}: JSON-like values only
 Scenario = dict     # {"case": {"what": str, ...inputs}, ...measured values} or {"case": ..., "error": str}
@@ -110,11 +114,12 @@ class Exercise:
         return results
 
     def missing_evidence(self, check: Check, student: Observation, reference: Observation) -> str | None:
-        """The evidence rule: None when every scenario the check names carries data evidence, else why not."""
+        """The evidence rule: None when every scenario the check names carries data evidence, else why not —
+        after the check's own test passed, so the sentence says first that what it measures is right."""
         for key in scenario_keys(reference, check.evidence):
             problem = self.evidence(scenario(student, key, what(reference, key)), reference["scenarios"][key])
             if problem:
-                return f"This could not be confirmed: {problem}"
+                return f"{UNCONFIRMED} {problem}"
         return None
 
 

@@ -1,4 +1,5 @@
 """Observing ``zero_memory_per_rank``: numbers and exception names only (pure arithmetic: no torch)."""
+from ..define import cell_line
 from ..observing import describe_exception, observation, plain
 from .cases import STAGES, cases
 
@@ -10,7 +11,7 @@ def _call(fn, case, stage):
         value = fn(*args) if layout is None else fn(*args, bytes_per_param=tuple(layout))
     except Exception as exc:
         return {"error": describe_exception(exc), "value_error": isinstance(exc, ValueError),
-                "not_done": isinstance(exc, NotImplementedError)}
+                "not_done": isinstance(exc, NotImplementedError), **cell_line(exc)}
     data = plain(value)
     if isinstance(data, (int, float)) and not isinstance(data, bool):
         return {"value": float(data), "type": type(value).__name__}
