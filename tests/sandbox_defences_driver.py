@@ -10,6 +10,10 @@
   an orphaned grandchild.
 * ``lazy_import``: a rank imports one of the grader's modules after its isolation (the course may be checked out
   under /tmp, which each rank gets fresh).
+* ``reuse``: three students graded one after the other by the real runner, in one worker where it can be reused:
+  the first leaves files (one in a folder without permissions), SysV IPC objects and a process behind, and tries a
+  POSIX message queue; the second reports what it finds; the third kills the worker; the fourth, graded in a fresh
+  one, reports too.
 * ``costs``: milliseconds per rank fork with and without isolation, microseconds per memory sample.
 * ``epoll``: one worker fills its uid's epoll-watch quota (issue 25) while another runs two gloo ranks, with the
   sandbox as made here and with every worker under the grader's own uid (the control).
@@ -264,6 +268,73 @@ def worker(sandbox) -> dict:
             "output": result.output}
 
 
+LEAVES_BEHIND = r'''
+import ctypes, json, os, subprocess, sys
+open("/tmp/left_by_a.txt", "w").write("secret")
+open("/dev/shm/left_by_a", "w").write("secret")
+os.makedirs("/tmp/locked/inner")
+open("/tmp/locked/inner/f", "w").write("secret")
+os.chmod("/tmp/locked/inner", 0), os.chmod("/tmp/locked", 0)
+libc = ctypes.CDLL(None, use_errno=True)
+made = {"shm": libc.shmget(0x5151, 4096, 0o1666), "sem": libc.semget(0x5152, 1, 0o1666),
+        "msg": libc.msgget(0x5153, 0o1666)}
+libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+made["mq"] = libc.mq_open(b"/left_by_a", os.O_CREAT | os.O_RDWR, 0o666, None)
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)  # left_by_a"], start_new_session=True)
+zygote = open(f"/proc/{os.getppid()}/stat").read().split()[21]
+print("FOUND" + json.dumps({"made": made, "zygote": zygote}))
+'''
+
+FINDS = r'''
+import ctypes, json, os
+def alive(pid):
+    try:
+        return "left_by_a" in open(f"/proc/{pid}/cmdline").read()
+    except OSError:
+        return False
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+mounts = {line.split()[4] for line in open("/proc/self/mountinfo")}
+def names(folder):  # every name under folder, outside what bubblewrap mounted there (a venv under /tmp, say)
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in mounts]
+        found += dirs + files
+    return sorted(found)
+found = {"tmp": names("/tmp"), "shm": names("/dev/shm"),
+         "sysv": [line for kind in ("shm", "sem", "msg") for line in open(f"/proc/sysvipc/{kind}").read().splitlines()[1:]],
+         "processes": [p for p in os.listdir("/proc") if p.isdigit() and alive(p)],
+         "mq": libc.mq_open(b"/left_by_a", os.O_RDWR, 0, None),
+         "zygote": open(f"/proc/{os.getppid()}/stat").read().split()[21],
+         "zygote_threads": len(os.listdir(f"/proc/{os.getppid()}/task")),
+         # where a task could leave a file the sweep does not remove: bubblewrap's own folders, the packages' parent
+         "writable": [p for p in ("/", "/dev", "/etc", *os.environ["PYTHONPATH"].split(":")) if os.access(p, os.W_OK)]}
+print("FOUND" + json.dumps(found))
+'''
+
+KILLS_WORKER = "\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+
+
+def reuse(sandbox) -> dict:
+    from autograder.authoring.class_builder import reference_source
+    from autograder.authoring.course import load_course
+    from autograder.grader.runner import IDLE_WORKERS, Task, close_idle_workers, run_tasks
+
+    exercise = "train_with_accumulation"
+    spec = load_course().spec_for_exercise(exercise)
+    setup = tuple((f"setup {i}", c) for i, c in enumerate(spec.setup_code))
+    answer = reference_source(exercise)
+    found = {}
+    for student, extra in (("a", LEAVES_BEHIND), ("b", FINDS), ("c", KILLS_WORKER), ("d", FINDS)):
+        results, _ = run_tasks([Task(student, exercise, setup + (("your cell", answer + extra),), 120.0, 0)], sandbox)
+        result = results[student]
+        said = result.output.split("FOUND", 1)[1].splitlines()[0] if "FOUND" in result.output else "{}"
+        found[student] = {"status": result.status, "reason": result.reason, "said": json.loads(said),
+                          "idle_after": len(IDLE_WORKERS._idle)}
+    close_idle_workers()
+    return found
+
+
 def family(sandbox) -> dict:
     return {"peak_mib": json.loads(run_in(sandbox, [sys.executable, "-c", FAMILY]))}
 
@@ -298,7 +369,7 @@ def epoll(sandbox) -> dict:
 if __name__ == "__main__":
     box = make_sandbox(gpu=False)
     check = {"forbidden": forbidden, "sidechannels": sidechannels, "worker": worker, "family": family, "costs": costs,
-             "lazy_import": lazy_import,
+             "lazy_import": lazy_import, "reuse": reuse,
              "epoll": epoll}[sys.argv[1]]
     print(json.dumps({"sandbox": box.describe(), "warning": box.warning, "one_identity": box.one_identity,
                       **check(box)}))

@@ -329,6 +329,32 @@ def test_the_grading_worker_isolates_each_rank(who):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("who", WHO)
+def test_a_reused_worker_leaves_nothing_of_one_student_to_the_next(who):
+    """Students graded one after the other in one sandbox (runner.IDLE_WORKERS): what the first leaves behind (files,
+    a folder without permissions, SysV IPC objects, a process) is gone for the second, no POSIX message queue can be
+    made, the zygote forks with one thread, and a student who kills the worker is graded alone: the next one gets a
+    fresh sandbox. Under the grader's own uid (one identity) workers are not reused at all."""
+    found = drive_as(who, "reuse")
+    a, b, c, d = found["a"], found["b"], found["c"], found["d"]
+    assert a["status"] == b["status"] == d["status"] == "ok", found
+    assert a["said"]["made"]["shm"] >= 0 and a["said"]["made"]["mq"] == -1, found  # SysV made; POSIX refused
+    if found["one_identity"]:  # bubblewrap's / and /dev are the grader's uid's, writable: never reused
+        assert a["idle_after"] == b["idle_after"] == 0 and b["said"]["zygote"] != a["said"]["zygote"], found
+        assert "/" in b["said"]["writable"], found  # the reason
+    else:
+        assert a["idle_after"] == b["idle_after"] == 1 and b["said"]["zygote"] == a["said"]["zygote"], found
+        assert b["said"]["writable"] == [], found  # the sweep's folders are all a task can write
+    for later in (b, d):
+        assert not {"left_by_a.txt", "locked", "inner", "f"} & set(later["said"]["tmp"]), found
+        assert later["said"]["shm"] == later["said"]["sysv"] == later["said"]["processes"] == [], found
+        assert later["said"]["mq"] == -1, found
+        assert later["said"]["zygote_threads"] == 1, found  # forks copy no OpenMP pool or lock half-taken
+    assert c["status"] == "failed" and "stopped the grading worker" in c["reason"], found
+    assert d["said"]["zygote"] != a["said"]["zygote"], found  # a fresh sandbox after the killed one
+
+
+@pytest.mark.slow
 def test_a_rank_still_imports_the_course_checked_out_under_tmp(tmp_path):
     """Each isolated rank gets a fresh /tmp; what the sandbox bound below it (this checkout, when it lives in /tmp)
     must stay visible there, read-only."""

@@ -26,6 +26,7 @@ from ..selfcheck.fingerprint import code_fingerprint, grader_code
 from .grading import Row, SubmittedNotebook, grade_submission, read_notebooks, reference_observations
 from .outputs import load_state, save_run, save_state
 from .report import write_reports
+from .runner import close_idle_workers, keep_idle_workers
 from .sandbox.sandbox import Sandbox
 from .submissions import Submission, discover, submitted_notebooks
 
@@ -166,12 +167,19 @@ def _grade_all(todo, course, wanted, references, sandbox, timeout, jobs, dask_ad
 
         yield from grade_on_dask(dask_address, todo, course, wanted, references, sandbox, timeout, notebooks)
         return
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        futures = {pool.submit(grade_submission, sub, course, wanted, references, sandbox, timeout,
-                               notebooks[sub.student]): sub
-                   for sub in todo}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
+    threads = jobs or os.cpu_count() or 1
+    # a worker that finished one student grades the next one of its kind (runner.IDLE_WORKERS): room for two kinds
+    # of worker per thread (a student's exercises that need a forbidden library get a worker of their own)
+    keep_idle_workers(2 * threads)
+    try:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            futures = {pool.submit(grade_submission, sub, course, wanted, references, sandbox, timeout,
+                                   notebooks[sub.student]): sub
+                       for sub in todo}
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+    finally:
+        close_idle_workers()
 
 
 def _load_state(out: Path, sub: Submission, version: str, wanted: list[str]) -> list[Row] | str | None:

@@ -1,9 +1,10 @@
 """What the grader and a worker say to each other, as typed data with bounds (parse, don't validate).
 
-The grader sends one JSON job on the worker's stdin: ``{"as_reference", "processes", "tasks": [Task...]}``;
+The grader sends JSON jobs on the worker's stdin, one a line: ``{"as_reference", "processes", "tasks": [Task...]}``;
 a task is written as its dataclass fields, so adding a field to ``Task`` (e.g. a scenario salt) reaches the
 worker without touching the format. The worker answers with JSON lines: ``{"key", "event": "start"}``
-before each task, then a ``TaskResult``.
+before each task, then a ``TaskResult``; after a job's last result, ``{"event": "ready", "peak_kib"}`` when it
+is fresh for another student's job (a sandbox of its own emptied: sandbox/reset.py).
 
 Everything a worker sends back passed through submitted code (an observation is whatever ``observe``
 returned, a reason may hold an exception's message), so every line is parsed here, once, into a
@@ -15,7 +16,8 @@ from dataclasses import asdict, dataclass, fields
 from ..exercises.parse import BadMessage, loads_bounded, within_depth
 from .escape import strip_controls
 
-__all__ = ["BadMessage", "Task", "TaskResult", "failed", "clean_text", "loads_bounded", "parse_line", "within_depth"]
+__all__ = ["BadMessage", "Task", "TaskResult", "failed", "clean_text", "loads_bounded", "parse_line", "parse_ready",
+           "within_depth"]
 
 LINE_LIMIT = 4 << 20       # bytes of one result line: ten times the largest honest observation
 REASON_CHARS = 600
@@ -79,3 +81,15 @@ def parse_line(line: bytes, keys: set[str]) -> TaskResult | str:
         reason = clean_text(message.get("reason"), REASON_CHARS) or "Your code stopped without a result."
         return TaskResult(key, "failed", None, reason, clean_text(message.get("output"), OUTPUT_CHARS))
     raise BadMessage("no valid status")
+
+
+def parse_ready(line: bytes) -> int | None:
+    """The worker's "ready" line: its peak memory so far (KiB), or None for any other line."""
+    try:
+        message = loads_bounded(line, limit=LINE_LIMIT)
+    except BadMessage:
+        return None
+    if not isinstance(message, dict) or message.get("event") != "ready":
+        return None
+    peak = message.get("peak_kib")
+    return peak if isinstance(peak, int) and 0 <= peak < 1 << 40 else 0

@@ -5,24 +5,29 @@ is dropped. The grader keeps its own clock: a task that has not answered within 
 grace period) gets the time-out reason, and the whole sandbox is killed from outside (its cgroup, its
 process group, its PID namespace), whatever the task did to the worker inside (stopped it, for example).
 If the worker dies mid-way, the task in flight is blamed and a fresh worker takes the remaining tasks,
-so one hostile exercise costs only its own points.
+so one hostile exercise costs only its own points. A worker whose job ended with every result and its "ready" waits
+for the next student's job of the same kind of sandbox (``IDLE_WORKERS``; ``close_idle_workers`` at the end).
 """
+import atexit
 import json
 import os
 import select
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import ExitStack
 
-from .protocol import LINE_LIMIT, BadMessage, Task, TaskResult, failed, parse_line
+from .protocol import LINE_LIMIT, BadMessage, Task, TaskResult, failed, parse_line, parse_ready
 from .sandbox.sandbox import Sandbox
 
 STARTUP_S = 120.0          # python + torch import inside the sandbox, on a busy machine
 GRACE_S = 15.0             # the worker's own clean-up after a task, before the grader steps in
 BETWEEN_TASKS_S = 60.0     # from one result to the next task's start line
+READY_S = 30.0             # from a job's last result to the worker's "ready" for the next student
 
-__all__ = ["Task", "TaskResult", "failed", "run_tasks"]
+__all__ = ["Task", "TaskResult", "close_idle_workers", "failed", "keep_idle_workers", "run_tasks"]
 
 
 def _timed_out(task: Task) -> str:
@@ -48,65 +53,172 @@ def run_tasks(tasks: list[Task], sandbox: Sandbox, *, as_reference: bool = False
     return results, peak_mib
 
 
-def _run_worker(tasks: list[Task], sandbox: Sandbox, as_reference: bool):
-    """One worker process over ``tasks``; returns (results, key in flight when it stopped, why, peak KiB)."""
+class _Worker:
+    """A started worker: its process, how it was launched (uid, cgroup: held until ``stop``), its pipes."""
+
+    def __init__(self, sandbox: Sandbox, as_reference: bool):
+        self.stack = ExitStack()
+        workdir = self.stack.enter_context(tempfile.TemporaryDirectory(prefix="grader-work-"))
+        self.errors = self.stack.enter_context(tempfile.TemporaryFile())
+        self.read_fd, write_fd = os.pipe()
+        self.stack.callback(os.close, self.read_fd)
+        try:
+            self.launch = self.stack.enter_context(sandbox.launch(
+                [sys.executable, "-m", "autograder.grader.sandbox.worker", "--results-fd", str(write_fd)], workdir,
+                reference=as_reference))
+            self.proc = subprocess.Popen(
+                self.launch.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.errors,
+                pass_fds=(write_fd,), cwd=workdir, env=self.launch.env, start_new_session=True,
+                preexec_fn=self.launch.preexec)
+        except BaseException:
+            self.stack.close()
+            raise
+        finally:
+            os.close(write_fd)
+        self.buffer, self.peak_kib, self.jobs = b"", 0, 0
+
+    def send(self, job: dict) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(job).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+        self.jobs += 1
+
+    def error_tail(self) -> str:
+        self.errors.seek(0)
+        return self.errors.read()[-1500:].decode(errors="replace").strip()
+
+    def stop(self) -> int:
+        """Kill everything the worker started, reap it; returns its peak memory in KiB."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.launch.kill_all(self.proc.pid)
+        peak = _reap(self.proc)
+        self.stack.close()
+        return max(peak, self.peak_kib)
+
+
+class _IdleWorkers:
+    """Workers of sandboxes of their own that finished a student's job and said they are fresh for the next one
+    (worker.py, reset.py): the next student of the same kind of sandbox is graded there, without the seconds of
+    starting Python and importing torch again. At most ``limit`` wait; the oldest is stopped first."""
+
+    def __init__(self, limit: int):
+        self.limit, self._idle, self._lock = limit, [], threading.Lock()
+
+    def take(self, kind) -> "_Worker | None":
+        with self._lock:
+            for i, (k, _) in enumerate(self._idle):
+                if k == kind:
+                    return self._idle.pop(i)[1]
+        return None
+
+    def give(self, kind, worker: _Worker) -> None:
+        with self._lock:
+            self._idle.append((kind, worker))
+            extra, self._idle = self._idle[:-self.limit], self._idle[-self.limit:]
+        for _, old in extra:
+            old.stop()
+
+    def close(self) -> None:
+        """Stop every idle worker (the end of a class, or of the grader's process)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for _, worker in idle:
+            worker.stop()
+
+
+IDLE_WORKERS = _IdleWorkers(limit=max(2, os.cpu_count() or 1))
+atexit.register(IDLE_WORKERS.close)
+
+
+def keep_idle_workers(limit: int) -> None:
+    """How many workers may wait for another student (the oldest is stopped first)."""
+    IDLE_WORKERS.limit = max(1, limit)
+
+
+def close_idle_workers() -> None:
+    """Stop the workers waiting for another student (the end of a class)."""
+    IDLE_WORKERS.close()
+
+
+def _reusable(sandbox: Sandbox, as_reference: bool):
+    """The kind of sandbox a worker can be reused for, or None: only a bubblewrap sandbox (its own PID, IPC and mount
+    namespaces, which the zygote sweeps between jobs) whose workers run under a uid of their own (under the grader's
+    own uid, bubblewrap's / and /dev are that uid's and writable, beyond what the sweep empties), and never the
+    reference's (it keeps forbidden libraries)."""
+    if sandbox.mode != "bubblewrap" or sandbox.one_identity or as_reference:
+        return None
+    return sandbox.fingerprint(), tuple(sandbox.stubs.args())
+
+
+def _run_worker(tasks: list[Task], sandbox: Sandbox, as_reference: bool, reuse: bool = True):
+    """One worker process over ``tasks`` (an idle one of the same kind of sandbox, else a fresh one); returns
+    (results, key in flight when it stopped, why, peak KiB)."""
     job = {"as_reference": as_reference, "processes": sandbox.limits.processes,
            "tasks": [t.to_json() for t in tasks]}
-    with tempfile.TemporaryDirectory(prefix="grader-work-") as workdir, tempfile.TemporaryFile() as errors:
-        read_fd, write_fd = os.pipe()
-        argv = [sys.executable, "-m", "autograder.grader.sandbox.worker", "--results-fd", str(write_fd)]
-        with sandbox.launch(argv, workdir, reference=as_reference) as launch:
-            try:
-                proc = subprocess.Popen(
-                    launch.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors,
-                    pass_fds=(write_fd,), cwd=workdir, env=launch.env, start_new_session=True,
-                    preexec_fn=launch.preexec)
-            except (OSError, subprocess.SubprocessError) as exc:
-                os.close(read_fd), os.close(write_fd)
-                return {}, None, f"The grading worker could not start: {exc}", 0
-            os.close(write_fd)
-            try:
-                proc.stdin.write(json.dumps(job).encode())
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-            try:
-                results, in_flight, stopped = _collect(read_fd, {t.key: t for t in tasks})
-            finally:
-                os.close(read_fd)
-                launch.kill_all(proc.pid)
-                peak_kib = _reap(proc)
-        if stopped == "deadline" and in_flight:
-            problem = _timed_out(next(t for t in tasks if t.key == in_flight))
-        elif stopped == "deadline":
-            problem = "The grading worker did not answer in time (the machine may be overloaded); grade again."
-        else:
-            problem = ("Your code stopped the grading worker itself (for example by killing its parent process, or "
-                       "by using more memory or processes than the grader allows), so this exercise could not be graded.")
-        if not results and in_flight is None and stopped != "deadline":
-            errors.seek(0)
-            tail = errors.read()[-1500:].decode(errors="replace").strip()
-            problem = f"The grading worker could not start: {tail or 'no message'}"
+    kind = _reusable(sandbox, as_reference)
+    worker = IDLE_WORKERS.take(kind) if kind and reuse else None
+    if worker is None:
+        try:
+            worker = _Worker(sandbox, as_reference)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return {}, None, f"The grading worker could not start: {exc}", 0
+    worker.send(job)
+    first_job = worker.jobs == 1
+    try:
+        results, in_flight, stopped = _collect(worker, {t.key: t for t in tasks}, until_ready=kind is not None)
+    except BaseException:
+        worker.stop()
+        raise
+    if stopped == "ready":
+        IDLE_WORKERS.give(kind, worker)
+        return results, None, "", worker.peak_kib
+    could_not_start = first_job and not results and in_flight is None and stopped != "deadline"
+    why_not = worker.error_tail() if could_not_start else ""
+    peak_kib = worker.stop()
+    if not first_job and not results and in_flight is None:  # it went away while idle: no task is to blame
+        return _run_worker(tasks, sandbox, as_reference, reuse=False)
+    if could_not_start:
+        problem = f"The grading worker could not start: {why_not or 'no message'}"
+    elif stopped == "deadline" and in_flight:
+        problem = _timed_out(next(t for t in tasks if t.key == in_flight))
+    elif stopped == "deadline":
+        problem = "The grading worker did not answer in time (the machine may be overloaded); grade again."
+    else:
+        problem = ("Your code stopped the grading worker itself (for example by killing its parent process, or "
+                   "by using more memory or processes than the grader allows), so this exercise could not be graded.")
     return results, in_flight, problem, peak_kib
 
 
-def _collect(read_fd: int, tasks: dict[str, Task]) -> tuple[dict[str, TaskResult], str | None, str]:
-    """Read result lines until every task has one, the worker stops ("eof"), or the grader's own deadline
-    for what should come next passes ("deadline"). Returns (results, key in flight, why it stopped)."""
-    results, in_flight, buffer = {}, None, b""
-    deadline = time.monotonic() + STARTUP_S
-    while len(results) < len(tasks):
+def _collect(worker: _Worker, tasks: dict[str, Task], until_ready: bool) -> tuple[dict[str, TaskResult], str | None, str]:
+    """Read result lines until every task has one (and, ``until_ready``, the worker says it is fresh for the next
+    job: "ready"), the worker stops ("eof"), or the grader's own deadline for what should come next passes
+    ("deadline"). Returns (results, key in flight, why it stopped: "done", "ready", "eof" or "deadline")."""
+    results, in_flight = {}, None
+    deadline = time.monotonic() + (STARTUP_S if worker.jobs == 1 else BETWEEN_TASKS_S)
+    while True:
+        if len(results) == len(tasks) and not until_ready:
+            return results, None, "done"
         left = deadline - time.monotonic()
         if left <= 0:
-            return results, in_flight, "deadline"
-        ready, _, _ = select.select([read_fd], [], [], left)
+            return results, in_flight, "done" if len(results) == len(tasks) else "deadline"
+        ready, _, _ = select.select([worker.read_fd], [], [], left)
         if not ready:
             continue
-        chunk = os.read(read_fd, 1 << 16)
-        if not chunk or len(buffer) + len(chunk) > LINE_LIMIT:
-            return results, in_flight, "eof"
-        *lines, buffer = (buffer + chunk).split(b"\n")
+        chunk = os.read(worker.read_fd, 1 << 16)
+        if not chunk or len(worker.buffer) + len(chunk) > LINE_LIMIT:
+            return results, in_flight, "done" if len(results) == len(tasks) else "eof"
+        *lines, worker.buffer = (worker.buffer + chunk).split(b"\n")
         for line in lines:
+            if len(results) == len(tasks):
+                if (peak := parse_ready(line)) is not None:
+                    worker.peak_kib = max(worker.peak_kib, peak)
+                    return results, None, "ready"
+                continue
             try:
                 message = parse_line(line, set(tasks) - set(results))
             except BadMessage:
@@ -117,8 +229,7 @@ def _collect(read_fd: int, tasks: dict[str, Task]) -> tuple[dict[str, TaskResult
             else:
                 results[message.key] = message
                 in_flight = None
-                deadline = time.monotonic() + BETWEEN_TASKS_S
-    return results, in_flight, "done"
+                deadline = time.monotonic() + (READY_S if len(results) == len(tasks) else BETWEEN_TASKS_S)
 
 
 def _reap(proc: subprocess.Popen) -> int:

@@ -1,12 +1,15 @@
 """The process that runs submitted code and reports plain observations (run it inside the sandbox).
 
-Protocol: see ``protocol.py`` (one JSON job on stdin, JSON lines on the file descriptor ``--results-fd``).
-Only this zygote holds that descriptor: each task's child closes it before any submitted code runs, so a
-task can neither forge a result line nor write garbage on it.
+Protocol: see ``protocol.py`` (JSON jobs on stdin, one a line; JSON lines on the file descriptor ``--results-fd``).
+Only this zygote holds that descriptor: each task's child closes it (and stdin, where the next student's job
+will come) before any submitted code runs, so a task can neither forge a result line nor write garbage on it.
 
 Python, torch and the exercise modules are imported once, before any submitted code exists in this
 process. Each task then runs in a forked child with its own session: a crash, hang, ``os._exit``, flood
 or monkeypatch in one task cannot reach the next one, and the zygote is never running student code.
+In a sandbox of its own (bubblewrap) the zygote grades one student's job after another: between two jobs it
+kills every other process of the sandbox and empties what outlives a process (its tmpfs, SysV IPC), and says
+"ready" only when all of that is done (``fresh_for_next_job``; docs/grading.md says why that is enough).
 """
 import argparse
 import ctypes
@@ -31,6 +34,7 @@ from .family import RankFamilies, send_tmpfs
 from .hugepages import collapse_anonymous_memory
 from .isolation import close_inherited, isolate_rank, rank_outputs
 from .kernels import switch_off
+from .reset import fresh_for_next_job
 from .scheduling import protect_from_rescheduling
 
 RESULT_LIMIT = 3 << 20       # bytes of observation a task may send back (the grader reads lines of 4 MiB)
@@ -54,6 +58,8 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
     status = 0
     try:
         os.close(results_fd)  # the zygote's channel to the grader: submitted code never holds it
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0), os.close(null)  # nor the grader's channel to the zygote (the next students' jobs)
         os.setsid()
         out = os.open(OUTPUT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1), os.dup2(out, 2)
@@ -230,14 +236,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results-fd", type=int, required=True)
     args = parser.parse_args()
-    job = json.loads(sys.stdin.read())
-    sys.stdin.close()
+    jobs = sys.stdin.buffer
+    job = json.loads(jobs.readline())
     if job.get("processes"):
         # Set here, not before the sandbox starts: inside bubblewrap's user namespace (an unprivileged
         # grader) the count is then this sandbox's own, not shared by every worker of the grader's uid.
         _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
         limit = job["processes"] if hard == resource.RLIM_INFINITY else min(job["processes"], hard)
         resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+    # No POSIX message queue at all: the one IPC object that outlives its processes and that the zygote could not
+    # list to remove between two students' jobs (it has no mqueue file system). Nothing the course uses needs one.
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
     torch.set_num_threads(1)  # forked children (and their ranks) must not inherit a busy OpenMP pool
     # Import once here what every task would otherwise import after its fork: the exercises' observers, and
     # torch._dynamo, which creating any torch.optim optimizer pulls in (seconds per task otherwise).
@@ -247,10 +256,18 @@ def main() -> None:
     collapse_anonymous_memory()  # every task and rank is forked from here: forks and exits cost far less then
     _not_dumpable()
     results = os.fdopen(args.results_fd, "w", buffering=1)
-    for raw in job["tasks"]:
-        task = Task.from_json(raw)
-        results.write(json.dumps({"key": task.key, "event": "start"}) + "\n")
-        results.write(json.dumps(run_task(task, bool(job.get("as_reference")), args.results_fd)) + "\n")
+    own_sandbox = bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE"))
+    while job:
+        for raw in job["tasks"]:
+            task = Task.from_json(raw)
+            results.write(json.dumps({"key": task.key, "event": "start"}) + "\n")
+            results.write(json.dumps(run_task(task, bool(job.get("as_reference")), args.results_fd)) + "\n")
+        if not (own_sandbox and fresh_for_next_job()):
+            return  # the grader starts a fresh sandbox for the next student
+        peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+        results.write(json.dumps({"event": "ready", "peak_kib": peak}) + "\n")
+        line = jobs.readline()
+        job = json.loads(line) if line.strip() else None
 
 
 if __name__ == "__main__":
