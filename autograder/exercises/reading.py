@@ -173,25 +173,34 @@ def scale_factor(got: list[float], want: list[float]) -> float | None:
 
 # ---- measurements at gates (meter.py's gate policies) -----------------------------------------------
 
-def gate_scales(meter: dict) -> list[float]:
-    """The product of the factors applied before each gate index (backward order): what the gradient arriving at
-    gate i, and the gradients of the layers before it, were multiplied by."""
-    scales, product = [], 1.0
-    for factor in meter["gates"]["factors"]:
-        scales.append(product)
-        product *= float(factor)
-    return scales + [product]
+def gate_digests(meter: dict, rank: int) -> list:
+    """Rank ``rank``'s digests at its gates, in order ([sum, sum of squares] of the gradient reaching each)."""
+    return [record["digest"] for record in meter["gates"]["records"] if record["rank"] == rank]
 
 
-def gate_digests(meter: dict, rank: int) -> list[list[float]]:
-    """Rank ``rank``'s digests at its gates, in order, with the factors divided out ([sum, sum of squares])."""
-    scales = gate_scales(meter)
-    found = []
-    for record in meter["gates"]["records"]:
-        if record["rank"] == rank and record["digest"] is not None and record["index"] < len(scales):
-            scale = scales[record["index"]]
-            found.append([record["digest"][0] / scale, record["digest"][1] / scale ** 2])
-    return found
+def expected_at_gates(meter: dict, key: str):
+    """What the launcher's recomputation (meter.GatePolicy.expect) says ``key`` must be; None where it has none."""
+    expected = meter["gates"].get("expected")
+    return expected.get(key) if isinstance(expected, dict) else None
+
+
+def gate_problem(meter: dict, rank: int, gates: int) -> str | None:
+    """Whether rank ``rank`` passed exactly its model's ``gates`` gates, each with the gradient the grader's own
+    backward computes there under the seeds the launcher answered (meter.GatePolicy): the words that finish
+    "rank 0 ..." when not. A rank that asks at a gate before its backward reaches it, or more often than the model
+    has gates, fails here."""
+    asked = len(gate_digests(meter, rank)) + int((meter["gates"].get("refused") or [0] * (rank + 1))[rank] or 0)
+    if asked != gates:
+        return (f"asked at the grader's pauses {asked} times, where its model's backward reaches {gates}: only the "
+                "grader's model asks there, once per pause")
+    want = expected_at_gates(meter, "digests")
+    if not isinstance(want, list) or rank >= len(want):
+        return "could not be checked at the grader's pauses (the grader's own recomputation failed)"
+    for index, (got, right) in enumerate(zip(gate_digests(meter, rank), want[rank])):
+        if not digests_close([got], [right], 1e-3):
+            return (f"reached the grader's pause {index + 1} of {gates} with a gradient that the model's backward "
+                    "does not give there (asked before its backward got there, or with other data)")
+    return None
 
 
 def held_at_gates(meter, world_size: int) -> list[list[float]] | None:

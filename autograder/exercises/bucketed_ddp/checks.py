@@ -3,9 +3,9 @@ from ..reading import (
     case,
     close,
     digests_close,
+    expected_at_gates,
     flat,
-    gate_digests,
-    gate_scales,
+    gate_problem,
     parallel,
     rank_results,
     scale_factor,
@@ -144,33 +144,23 @@ def in_process_story(ranks: list[dict]) -> str:
     return ""
 
 
-def parameter_scales(meter: dict) -> list[float]:
-    """The factor each parameter's gradient was multiplied by at the gates after its layer (two parameters a layer,
-    the last layer's before any gate)."""
-    scales = gate_scales(meter)
-    return [scales[LAYERS - 1 - layer] for layer in range(LAYERS) for _ in ("weight", "bias")]
-
-
-def normalised(grads: list, meter: dict) -> list:
-    return [None if g is None else [g[0] / s, g[1] / s ** 2] for g, s in zip(grads, parameter_scales(meter))]
-
-
 def check_overlap(student, reference):
     """Overlap, measured from outside the ranks (meter.py, OverlapGates): held at a gate, rank 0 went on computing
     while its peers were stopped, and a bucket's all-reduce sent its bytes while rank 0 was stopped before its next
     layer; the ranks' gradients show they really went through the gates; and they sent less than half a bucket more
     than the reference's bytes, every one of which the method needs (cases.SPARE_BUCKETS): bytes sent for show while
-    rank 0 is held, a bucket at least, cannot stand in for the all-reduces."""
+    rank 0 is held, a bucket at least, cannot stand in for the all-reduces. The gates' digests and the gradients are
+    compared with the launcher's own recomputation under the seeds it answered (meter.GatePolicy.expect)."""
     key = "overlap"
     c, ranks = case(reference, key), ranks_of(student, reference, key)
     meter, theirs = student["scenarios"][key]["meter"], reference["scenarios"][key]["meter"]
     when = f"When {c['what']}"
     for rank, r in enumerate(ranks):
-        if not digests_close(gate_digests(meter, rank), gate_digests(theirs, rank), 1e-3):
-            return (f"{when}, rank {rank}'s backward did not pass the grader's pauses with the model's gradients: call "
-                    "backward() once per step on the wrapped model's loss.")
-        if not digests_close(normalised(r["grads"], meter), normalised(reference["scenarios"][key]["ranks"][rank]
-                                                                       ["grads"], theirs), 1e-3):
+        problem = gate_problem(meter, rank, LAYERS - 1)
+        if problem:
+            return (f"{when}, rank {rank} {problem}: call backward() once per step on the wrapped model's loss, and "
+                    "let only the grader's model reach its pauses.")
+        if not digests_close(r["grads"], expected_at_gates(meter, "grads"), 1e-3):
             return (f"{when}, rank {rank}'s gradients after finish_gradient_synchronization are not the average over "
                     "ranks.")
     gates, story = meter["gates"], in_process_story(ranks)

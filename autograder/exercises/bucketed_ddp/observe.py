@@ -5,10 +5,10 @@ import torch._dynamo  # noqa: F401  torch.optim and DDP import it lazily (3–6 
 import torch.distributed as dist
 from torch import nn
 
-from ..gating import GradientGate, grad_digests, pause_at_gates
+from ..gating import GradientGate, grad_digests, pause_at_gates, replay
 from ..meter import OverlapGates
 from ..observing import float32_data
-from ..ranks import observe_on_ranks, run_on_ranks, student_call
+from ..ranks import digest, observe_on_ranks, run_on_ranks, student_call
 from .cases import BATCH, EXTRA, HIDDEN, HOLD, LAYER_BYTES, LAYERS, LR, MOMENTUM, OVERLAP_BATCH, VOCAB, WIDTH, cases
 
 
@@ -121,6 +121,25 @@ def gated_model(c: dict) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def overlap_input(c: dict, rank: int) -> torch.Tensor:
+    return torch.randn(OVERLAP_BATCH, WIDTH, generator=torch.Generator().manual_seed(c["data_seed"] + rank))
+
+
+def expected_gates(c: dict):
+    """The launcher's recomputation (meter.GatePolicy.expect): each rank's local backward through the gated stack,
+    its gates answered with the seeds it was given, and the average over ranks of their gradients (what every rank
+    must hold after finish_gradient_synchronization), as digests."""
+    def expect(seeds: list[list[int]]) -> dict:
+        digests, grads = [], []
+        for rank, rank_seeds in enumerate(seeds):
+            model, x = gated_model(c), overlap_input(c, rank)
+            digests.append(replay(lambda: model(x).square().mean().backward(), rank_seeds))
+            grads.append([p.grad for p in model.parameters()])
+        average = [torch.stack(per_rank).mean(0) for per_rank in zip(*grads)]
+        return {"digests": digests, "grads": [digest(g) for g in average]}
+    return expect
+
+
 def overlap_rank(rank: int, world_size: int, cls, c: dict) -> dict:
     """Two steps through the gated stack; in the second the launcher holds and measures the ranks at the gates
     (OverlapGates).
@@ -130,7 +149,7 @@ def overlap_rank(rank: int, world_size: int, cls, c: dict) -> dict:
     instrument.watch_gradients(model)
     wrapped = student_call(cls, model, c["bucket_size_mb"])
     instrument.take()
-    x = torch.randn(OVERLAP_BATCH, WIDTH, generator=torch.Generator().manual_seed(c["data_seed"] + rank))
+    x = overlap_input(c, rank)
     for step in range(2):  # measured in the second step: a wrapper's state must carry over between steps
         pause_at_gates(step == 1)
         model.zero_grad(set_to_none=True)
@@ -143,7 +162,10 @@ def overlap_rank(rank: int, world_size: int, cls, c: dict) -> dict:
 
 
 def gates_of(c: dict):
-    return OverlapGates(c["world_size"], hold=HOLD, bucket_bytes=LAYER_BYTES // 2) if c["model"] == "gated" else None
+    if c["model"] != "gated":
+        return None
+    return OverlapGates(c["world_size"], hold=HOLD, bucket_bytes=LAYER_BYTES // 2, gates=LAYERS - 1,
+                        expect=expected_gates(c))
 
 
 def student_rank(rank: int, world_size: int, cls, c: dict) -> dict:
