@@ -104,6 +104,18 @@ def sketch(t, seed: int) -> list[float]:
     return [float(v) for v in total]
 
 
+def projections(t, seed: int, count: int = 2) -> list[float]:
+    """``t`` projected onto ``count`` Gaussian vectors drawn from ``seed`` (float64): where ``sketch`` costs too much
+    (a million elements), a cheaper sign that every element has its value to float32's precision. A projection
+    moves by about the error's norm, so one rounded to 16 bits (3 significant digits) shows; a plain sum does not
+    (rounding errors cancel in it)."""
+    import torch
+
+    flat = t.detach().reshape(-1).to("cpu", torch.float64)
+    generator = torch.Generator().manual_seed(seed)
+    return [float(v) for v in torch.randn(count, flat.numel(), generator=generator, dtype=torch.float64) @ flat]
+
+
 def params_data(model) -> list[float]:
     """All parameters of a model, flattened in registration order."""
     return [v for p in model.parameters() for v in tensor_data(p)]

@@ -191,15 +191,14 @@ def gate_problem(meter: dict, rank: int, gates: int) -> str | None:
     has gates, fails here."""
     asked = len(gate_digests(meter, rank)) + int((meter["gates"].get("refused") or [0] * (rank + 1))[rank] or 0)
     if asked != gates:
-        return (f"asked at the grader's pauses {asked} times, where its model's backward reaches {gates}: only the "
-                "grader's model asks there, once per pause")
+        return f"asked at the grader's pauses {asked} times where its model's backward reaches {gates}"
     want = expected_at_gates(meter, "digests")
     if not isinstance(want, list) or rank >= len(want):
         return "could not be checked at the grader's pauses (the grader's own recomputation failed)"
     for index, (got, right) in enumerate(zip(gate_digests(meter, rank), want[rank])):
         if not digests_close([got], [right], 1e-3):
-            return (f"reached the grader's pause {index + 1} of {gates} with a gradient that the model's backward "
-                    "does not give there (asked before its backward got there, or with other data)")
+            return (f"reached the grader's pause {index + 1} of {gates} with a gradient its backward does not give "
+                    "there (asked early, or with other data)")
     return None
 
 
@@ -225,6 +224,24 @@ def digests_close(got: list, want: list, rtol: float) -> bool:
     return all(isinstance(g, list) and len(g) == 2 and all(
         math.isfinite(float(a)) and abs(float(a) - float(b)) <= rtol * (abs(float(b)) + 1e-12) + 1e-9
         for a, b in zip(g, w)) for g, w in zip(got, want))
+
+
+def evidence_close(got: list, want: list, rtol: float, precision: float) -> bool:
+    """Two lists of [sum, sum of squares, projections...] (``observing.projections``) of the same tensors: the
+    digests within ``rtol``, each projection within ``precision`` times the tensor's norm (a projection of a vector
+    off by e moves by about |e|, so 16-bit round-off shows at precision 1e-5 and float32's does not)."""
+    if not isinstance(got, list) or not isinstance(want, list) or len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if not (isinstance(g, list) and isinstance(w, list) and len(g) == len(w) >= 2):
+            return False
+        if not digests_close([g[:2]], [w[:2]], rtol):
+            return False
+        norm = math.sqrt(max(float(w[1]), 0.0))
+        if not all(math.isfinite(float(a)) and abs(float(a) - float(b)) <= precision * norm + 1e-12
+                   for a, b in zip(g[2:], w[2:])):
+            return False
+    return True
 
 
 def measured_privately(*meters) -> bool:

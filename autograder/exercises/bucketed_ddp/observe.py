@@ -5,9 +5,9 @@ import torch._dynamo  # noqa: F401  torch.optim and DDP import it lazily (3–6 
 import torch.distributed as dist
 from torch import nn
 
-from ..gating import GradientGate, grad_digests, pause_at_gates, replay
+from ..gating import GradientGate, pause_at_gates, replay
 from ..meter import OverlapGates
-from ..observing import float32_data
+from ..observing import float32_data, projections
 from ..ranks import digest, observe_on_ranks, run_on_ranks, student_call
 from .cases import BATCH, EXTRA, HIDDEN, HOLD, LAYER_BYTES, LAYERS, LR, MOMENTUM, OVERLAP_BATCH, VOCAB, WIDTH, cases
 
@@ -125,6 +125,12 @@ def overlap_input(c: dict, rank: int) -> torch.Tensor:
     return torch.randn(OVERLAP_BATCH, WIDTH, generator=torch.Generator().manual_seed(c["data_seed"] + rank))
 
 
+def grad_evidence(grads: list, c: dict) -> list:
+    """Each gradient as [sum, sum of squares, two projections] (``observing.projections``, drawn from the scenario's
+    seed): the projections see an average that is right only to 16 bits, which the sum does not."""
+    return [None if g is None else digest(g) + projections(g, c["data_seed"] * 1009 + i) for i, g in enumerate(grads)]
+
+
 def expected_gates(c: dict):
     """The launcher's recomputation (meter.GatePolicy.expect): each rank's local backward through the gated stack,
     its gates answered with the seeds it was given, and the average over ranks of their gradients (what every rank
@@ -136,7 +142,7 @@ def expected_gates(c: dict):
             digests.append(replay(lambda: model(x).square().mean().backward(), rank_seeds))
             grads.append([p.grad for p in model.parameters()])
         average = [torch.stack(per_rank).mean(0) for per_rank in zip(*grads)]
-        return {"digests": digests, "grads": [digest(g) for g in average]}
+        return {"digests": digests, "grads": grad_evidence(average, c)}
     return expect
 
 
@@ -158,7 +164,8 @@ def overlap_rank(rank: int, world_size: int, cls, c: dict) -> dict:
         student_call(loss.backward)  # the student's hooks, and the grader's gates, run in here
         instrument.events.append(["backward done"])
         student_call(lambda: wrapped.finish_gradient_synchronization())
-    return {"forbidden": instrument.wrapped_ddp, "grads": grad_digests(model), "events": instrument.take()}
+    return {"forbidden": instrument.wrapped_ddp, "grads": grad_evidence([p.grad for p in model.parameters()], c),
+            "events": instrument.take()}
 
 
 def gates_of(c: dict):

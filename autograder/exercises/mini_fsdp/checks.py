@@ -110,9 +110,8 @@ def memory_problem(student, reference, *, last_pause: bool = False) -> str | Non
     for rank in range(c["world_size"]):
         problem = gate_problem(meter, rank, len(c["sizes"]) - 2)
         if problem:
-            return (f"When {c['what']}, rank {rank} {problem}. Run every child of the Sequential, in order, in "
-                    "forward, and call backward once; the pauses measure what a rank holds there, so they count only "
-                    "when its own backward reaches them.")
+            return (f"When {c['what']}, rank {rank} {problem}: call backward once, and let only the model's own "
+                    "backward reach the pauses (they measure what a rank holds there).")
         held = [r["held_bytes"] or 0 for r in meter["gates"]["records"] if r["rank"] == rank]
         allowed = [r["held_bytes"] or 0 for r in theirs["gates"]["records"] if r["rank"] == rank]
         if last_pause:
