@@ -50,19 +50,29 @@ class GradientGate(nn.Module):
 
 def replay(run, seeds: list[int]) -> list[list[float]]:
     """The digests the gates report while ``run()`` goes through a gated model's backward in this process, each
-    gate answered with the next of ``seeds`` (the launcher's recomputation of a rank's gates: one thread, its
-    random state untouched, so that ranks forked later and a student's kernel are as before)."""
+    gate answered with the next of ``seeds`` (the launcher's recomputation of a rank's gates; see ``in_launcher``)."""
     digests: list[list[float]] = []
-    threads = torch.get_num_threads()
     _replaying.append((seeds, digests))
-    torch.set_num_threads(1)
     try:
-        with torch.random.fork_rng(devices=[]), torch.enable_grad():
-            run()
+        run()
     finally:
         _replaying.pop()
-        torch.set_num_threads(threads)
     return digests
+
+
+def in_launcher(compute):
+    """``compute`` as the launching process runs it (``GatePolicy.expect``): on one thread (several, on a loaded
+    machine, spin against each other, and ranks forked later need an idle pool), with its random state untouched
+    (a student's kernel, in a self-check) and autograd on."""
+    def run(*args):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with torch.random.fork_rng(devices=[]), torch.enable_grad():
+                return compute(*args)
+        finally:
+            torch.set_num_threads(threads)
+    return run
 
 
 def grad_digests(model: nn.Module) -> list[list[float] | None]:

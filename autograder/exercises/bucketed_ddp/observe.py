@@ -5,7 +5,7 @@ import torch._dynamo  # noqa: F401  torch.optim and DDP import it lazily (3–6 
 import torch.distributed as dist
 from torch import nn
 
-from ..gating import GradientGate, pause_at_gates, replay
+from ..gating import GradientGate, in_launcher, pause_at_gates, replay
 from ..meter import OverlapGates
 from ..observing import float32_data, projections
 from ..ranks import digest, observe_on_ranks, run_on_ranks, student_call
@@ -128,7 +128,7 @@ def overlap_input(c: dict, rank: int) -> torch.Tensor:
 def grad_evidence(grads: list, c: dict) -> list:
     """Each gradient as [sum, sum of squares, two projections] (``observing.projections``, drawn from the scenario's
     seed): the projections see an average that is right only to 16 bits, which the sum does not."""
-    return [None if g is None else digest(g) + projections(g, c["data_seed"] * 1009 + i) for i, g in enumerate(grads)]
+    return [None if g is None else digest(g) + p for g, p in zip(grads, projections(grads, c["data_seed"]))]
 
 
 def expected_gates(c: dict):
@@ -136,14 +136,15 @@ def expected_gates(c: dict):
     its gates answered with the seeds it was given, and the average over ranks of their gradients (what every rank
     must hold after finish_gradient_synchronization), as digests."""
     def expect(seeds: list[list[int]]) -> dict:
-        digests, grads = [], []
+        digests, grads, model = [], [], gated_model(c)  # rank 0's weights, on every rank after __init__
         for rank, rank_seeds in enumerate(seeds):
-            model, x = gated_model(c), overlap_input(c, rank)
+            x = overlap_input(c, rank)
+            model.zero_grad(set_to_none=True)
             digests.append(replay(lambda: model(x).square().mean().backward(), rank_seeds))
             grads.append([p.grad for p in model.parameters()])
         average = [torch.stack(per_rank).mean(0) for per_rank in zip(*grads)]
         return {"digests": digests, "grads": grad_evidence(average, c)}
-    return expect
+    return in_launcher(expect)
 
 
 def overlap_rank(rank: int, world_size: int, cls, c: dict) -> dict:

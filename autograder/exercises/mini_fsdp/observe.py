@@ -6,7 +6,7 @@ import torch._dynamo  # noqa: F401  torch.optim and FSDP import it lazily (secon
 import torch.distributed as dist
 from torch import nn
 
-from ..gating import GradientGate, replay
+from ..gating import GradientGate, in_launcher, replay
 from ..meter import SampleAtGates
 from ..observing import tensor_data
 from ..ranks import observe_on_ranks, student_call
@@ -113,12 +113,12 @@ def expected_gates(case: dict):
     """The launcher's recomputation of each rank's gates (meter.GatePolicy.expect): the plain gated model's
     backward on that rank's input, each gate answered with the seed the rank was given."""
     def expect(seeds: list[list[int]]) -> dict:
-        found = []
+        found, model = [], gated_model(case)  # the same weights on every rank
         for rank, rank_seeds in enumerate(seeds):
-            model, x = gated_model(case), memory_input(case, rank)
+            x = memory_input(case, rank)
             found.append(replay(lambda: memory_loss(model(x)).backward(), rank_seeds))
         return {"digests": found}
-    return expect
+    return in_launcher(expect)
 
 
 def memory_rank(rank: int, world_size: int, cls, case: dict) -> dict:
