@@ -164,7 +164,7 @@ def check_overlap(student, reference):
     meter, theirs = student["scenarios"][key]["meter"], reference["scenarios"][key]["meter"]
     when = f"When {c['what']}"
     for rank, r in enumerate(ranks):
-        problem = gate_problem(meter, rank, LAYERS - 1)
+        problem = gate_problem(meter, rank, LAYERS - 1, theirs)
         if problem:
             return (f"{when}, rank {rank} {problem}: call backward() once per step on the wrapped model's loss, and "
                     "let only the grader's model reach its pauses.")

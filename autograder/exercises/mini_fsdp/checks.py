@@ -108,7 +108,7 @@ def memory_problem(student, reference, *, last_pause: bool = False) -> str | Non
     ranks_of(student, reference, key)
     meter, theirs = student["scenarios"][key]["meter"], reference["scenarios"][key]["meter"]
     for rank in range(c["world_size"]):
-        problem = gate_problem(meter, rank, len(c["sizes"]) - 2)
+        problem = gate_problem(meter, rank, len(c["sizes"]) - 2, theirs)
         if problem:
             return (f"When {c['what']}, rank {rank} {problem}: call backward once, and let only the model's own "
                     "backward reach the pauses (they measure what a rank holds there).")
