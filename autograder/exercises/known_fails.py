@@ -2293,28 +2293,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain_places': (
             ),
             'right_parts': (
-                'loss @ rank 0',
-                'loss @ rank 1',
-                'parameter 0.bias @ rank 0',
-                'parameter 0.bias @ rank 1',
-                'parameter 0.weight @ rank 0',
-                'parameter 0.weight @ rank 1',
-                'parameter 2.bias @ rank 0',
-                'parameter 2.bias @ rank 1',
-                'parameter 2.weight @ rank 0',
-                'parameter 2.weight @ rank 1',
-                'parameter 4.bias @ rank 0',
-                'parameter 4.bias @ rank 1',
-                'parameter 4.weight @ rank 0',
-                'parameter 4.weight @ rank 1',
-                'the gradient norms @ rank 0',
-                'the gradient norms @ rank 1',
-                'the losses @ rank 0',
-                'the losses @ rank 1',
-                'the shard size @ rank 0',
-                'the shard size @ rank 1',
-                "the shards' dtypes @ rank 0",
-                "the shards' dtypes @ rank 1",
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -2337,6 +2315,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
                 'grad_norm: larger',
                 'grad_norm: smaller',
+            ),
+        },
+        'answers_gates_in_advance': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+            ),
+            'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+            ),
+            'wrong': (
+                'grad_norm',
+            ),
+            'signs': (
+                'grad_norm: off',
+            ),
+            'places': (
+                'grad_norm @ memory',
+            ),
+            'sizes': (
             ),
         },
         'unsharded_wrapper': {
@@ -2466,10 +2471,8 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
             ),
             'certain': (
-                'grad_norm',
             ),
             'certain_places': (
-                'grad_norm @ memory',
             ),
             'right_parts': (
                 'loss @ rank 0',
@@ -2632,44 +2635,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'With param_dtype=bfloat16, the master weights stay float32',
             ),
             'certain': (
-                'grad_norm',
             ),
             'certain_places': (
-                'grad_norm @ memory',
             ),
             'right_parts': (
-                'loss @ rank 0',
-                'loss @ rank 1',
-                'parameter 0.bias @ rank 0',
-                'parameter 0.bias @ rank 1',
-                'parameter 0.bias @ rank 2',
-                'parameter 0.weight @ rank 0',
-                'parameter 0.weight @ rank 1',
-                'parameter 0.weight @ rank 2',
-                'parameter 2.bias @ rank 0',
-                'parameter 2.bias @ rank 1',
-                'parameter 2.bias @ rank 2',
-                'parameter 2.weight @ rank 0',
-                'parameter 2.weight @ rank 1',
-                'parameter 2.weight @ rank 2',
-                'parameter 4.bias @ rank 0',
-                'parameter 4.bias @ rank 1',
-                'parameter 4.bias @ rank 2',
-                'parameter 4.weight @ rank 0',
-                'parameter 4.weight @ rank 1',
-                'parameter 4.weight @ rank 2',
-                'the gradient norms @ rank 0',
-                'the gradient norms @ rank 1',
-                'the gradient norms @ rank 2',
-                'the losses @ rank 0',
-                'the losses @ rank 1',
-                'the losses @ rank 2',
-                'the shard size @ rank 0',
-                'the shard size @ rank 1',
-                'the shard size @ rank 2',
-                "the shards' dtypes @ rank 0",
-                "the shards' dtypes @ rank 1",
-                "the shards' dtypes @ rank 2",
             ),
             'may': (
                 'With param_dtype=bfloat16, the master weights stay float32',
