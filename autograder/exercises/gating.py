@@ -1,21 +1,30 @@
 """Gates in the grader's own models: points of the backward pass where a rank stops to be measured (observing side).
 
 ``GradientGate()`` is an identity module. In backward, the gradient reaching it is reported to the launcher (a digest
-of it: its sum and its sum of squares) and multiplied by the factor the launcher answers (``ranks.ask_gate``). So the
-rank waits there while the launcher measures it (meter.py's gate policies), and the gradients of every layer before
-the gate depend on having asked: ``reading.gate_digests`` divides the factors out again for the checks.
+of it: its sum and its sum of squares) and multiplied element by element by factors in [0.5, 1.5) drawn from the
+seed the launcher answers (``ranks.ask_gate``). So the rank waits there while the launcher measures it (meter.py's
+gate policies), and the gradient reaching the next gate exists only once this one was answered and the layer between
+them ran backward with those factors: no throw-away pass can compute it ahead. ``replay`` recomputes, in the
+launcher, the digests a rank's gates must report under the seeds it was given (``GatePolicy.expect``).
 """
 import torch
 from torch import nn
 
-from .ranks import ask_gate
+from .ranks import ask_gate, digest
 
 _paused = [True]
+_replaying: list[tuple[list[int], list[list[float]]]] = []  # (seeds, digests) while ``replay`` runs
 
 
 def pause_at_gates(enabled: bool) -> None:
     """Whether the gates stop the rank (a warm-up step can run through them without asking)."""
     _paused[0] = enabled
+
+
+def factors(seed: int, grad: torch.Tensor) -> torch.Tensor:
+    """The per-element factors a gate answered with ``seed`` multiplies the gradient by."""
+    generator = torch.Generator().manual_seed(int(seed))
+    return torch.rand(grad.shape, generator=generator, dtype=grad.dtype).add_(0.5).to(grad.device)
 
 
 class _Gate(torch.autograd.Function):
@@ -25,7 +34,13 @@ class _Gate(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return grad * ask_gate("backward", grad) if _paused[0] else grad
+        if _replaying:
+            seeds, digests = _replaying[-1]
+            digests.append(digest(grad))
+            seed = seeds[len(digests) - 1] if len(digests) <= len(seeds) else None
+        else:
+            seed = ask_gate("backward", grad) if _paused[0] else None
+        return grad if seed is None else grad * factors(seed, grad)
 
 
 class GradientGate(nn.Module):
@@ -33,10 +48,33 @@ class GradientGate(nn.Module):
         return _Gate.apply(x)
 
 
+def replay(run, seeds: list[int]) -> list[list[float]]:
+    """The digests the gates report while ``run()`` goes through a gated model's backward in this process, each
+    gate answered with the next of ``seeds`` (the launcher's recomputation of a rank's gates; see ``in_launcher``)."""
+    digests: list[list[float]] = []
+    _replaying.append((seeds, digests))
+    try:
+        run()
+    finally:
+        _replaying.pop()
+    return digests
+
+
+def in_launcher(compute):
+    """``compute`` as the launching process runs it (``GatePolicy.expect``): on one thread (several, on a loaded
+    machine, spin against each other, and ranks forked later need an idle pool), with its random state untouched
+    (a student's kernel, in a self-check) and autograd on."""
+    def run(*args):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with torch.random.fork_rng(devices=[]), torch.enable_grad():
+                return compute(*args)
+        finally:
+            torch.set_num_threads(threads)
+    return run
+
+
 def grad_digests(model: nn.Module) -> list[list[float] | None]:
     """Each parameter's gradient as [sum, sum of squares] (float64): small enough to ship, enough to compare."""
-    found = []
-    for p in model.parameters():
-        g = None if p.grad is None else p.grad.detach().double()
-        found.append(None if g is None else [float(g.sum()), float(g.square().sum())])
-    return found
+    return [None if p.grad is None else digest(p.grad) for p in model.parameters()]

@@ -2055,6 +2055,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
                 'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
@@ -2087,6 +2091,39 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient norms',
+            ),
+            'certain_places': (
+                'grad_norm @ memory',
+                'parameter 0.bias @ fp32_three',
+                'parameter 0.bias @ fp32_two',
+                'parameter 0.weight @ fp32_three',
+                'parameter 0.weight @ fp32_two',
+                'parameter 2.bias @ fp32_three',
+                'parameter 2.bias @ fp32_two',
+                'parameter 2.weight @ bf16_two',
+                'parameter 2.weight @ fp32_three',
+                'parameter 2.weight @ fp32_two',
+                'parameter 4.bias @ bf16_two',
+                'parameter 4.bias @ fp32_three',
+                'parameter 4.bias @ fp32_two',
+                'parameter 4.weight @ bf16_two',
+                'parameter 4.weight @ fp32_three',
+                'parameter 4.weight @ fp32_two',
+                'the gradient norms @ bf16_two',
+                'the gradient norms @ fp32_three',
+                'the gradient norms @ fp32_two',
+                'the losses @ fp32_three',
+                'the losses @ fp32_two',
+            ),
+            'right_parts': (
+                'loss @ rank 0',
+                'loss @ rank 1',
+                'the shard size @ rank 0',
+                'the shard size @ rank 1',
+                'the shard size @ rank 2',
+                "the shards' dtypes @ rank 0",
+                "the shards' dtypes @ rank 1",
+                "the shards' dtypes @ rank 2",
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -2143,6 +2180,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradient norms @ bf16_two',
                 'the gradient norms @ fp32_three',
                 'the gradient norms @ fp32_two',
+                'the losses @ bf16_two',
                 'the losses @ fp32_three',
                 'the losses @ fp32_two',
             ),
@@ -2159,6 +2197,43 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'grad_norm',
+            ),
+            'certain_places': (
+                'grad_norm @ memory',
+            ),
+            'right_parts': (
+                'loss @ rank 0',
+                'loss @ rank 1',
+                'parameter 0.bias @ rank 0',
+                'parameter 0.bias @ rank 1',
+                'parameter 0.bias @ rank 2',
+                'parameter 0.weight @ rank 0',
+                'parameter 0.weight @ rank 1',
+                'parameter 0.weight @ rank 2',
+                'parameter 2.bias @ rank 0',
+                'parameter 2.bias @ rank 1',
+                'parameter 2.bias @ rank 2',
+                'parameter 2.weight @ rank 0',
+                'parameter 2.weight @ rank 1',
+                'parameter 2.weight @ rank 2',
+                'parameter 4.bias @ rank 0',
+                'parameter 4.bias @ rank 1',
+                'parameter 4.bias @ rank 2',
+                'parameter 4.weight @ rank 0',
+                'parameter 4.weight @ rank 1',
+                'parameter 4.weight @ rank 2',
+                'the gradient norms @ rank 0',
+                'the gradient norms @ rank 1',
+                'the gradient norms @ rank 2',
+                'the losses @ rank 0',
+                'the losses @ rank 1',
+                'the losses @ rank 2',
+                'the shard size @ rank 0',
+                'the shard size @ rank 1',
+                'the shard size @ rank 2',
+                "the shards' dtypes @ rank 0",
+                "the shards' dtypes @ rank 1",
+                "the shards' dtypes @ rank 2",
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -2185,7 +2260,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
             ),
             'certain': (
-                'grad_norm',
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -2211,7 +2289,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
             ),
             'certain': (
-                'grad_norm',
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -2236,6 +2317,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'grad_norm: smaller',
             ),
         },
+        'answers_gates_in_advance': {
+            'always': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+            ),
+            'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
+            'may': (
+                'Each rank keeps only its shard of every layer between steps',
+                'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
+            ),
+            'wrong': (
+                'grad_norm',
+            ),
+            'signs': (
+                'grad_norm: off',
+            ),
+            'places': (
+                'grad_norm @ memory',
+            ),
+            'sizes': (
+            ),
+        },
         'unsharded_wrapper': {
             'always': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -2249,6 +2357,40 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient norms',
+            ),
+            'certain_places': (
+                'grad_norm @ memory',
+                'parameter 0.bias @ fp32_three',
+                'parameter 0.bias @ fp32_two',
+                'parameter 0.weight @ fp32_three',
+                'parameter 0.weight @ fp32_two',
+                'parameter 2.bias @ bf16_two',
+                'parameter 2.bias @ fp32_three',
+                'parameter 2.bias @ fp32_two',
+                'parameter 2.weight @ bf16_two',
+                'parameter 2.weight @ fp32_three',
+                'parameter 2.weight @ fp32_two',
+                'parameter 4.bias @ bf16_two',
+                'parameter 4.bias @ fp32_three',
+                'parameter 4.bias @ fp32_two',
+                'parameter 4.weight @ bf16_two',
+                'parameter 4.weight @ fp32_three',
+                'parameter 4.weight @ fp32_two',
+                'the gradient norms @ bf16_two',
+                'the gradient norms @ fp32_three',
+                'the gradient norms @ fp32_two',
+                'the losses @ fp32_three',
+                'the losses @ fp32_two',
+                'the shard size @ bf16_two',
+                'the shard size @ fp32_three',
+                'the shard size @ fp32_two',
+            ),
+            'right_parts': (
+                'loss @ rank 0',
+                'loss @ rank 1',
+                "the shards' dtypes @ rank 0",
+                "the shards' dtypes @ rank 1",
+                "the shards' dtypes @ rank 2",
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -2329,7 +2471,32 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Matches FSDP2 on 3 ranks, with layer sizes not divisible by 3 (padding)',
             ),
             'certain': (
-                'grad_norm',
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                'loss @ rank 0',
+                'loss @ rank 1',
+                'parameter 0.bias @ rank 0',
+                'parameter 0.bias @ rank 1',
+                'parameter 0.weight @ rank 0',
+                'parameter 0.weight @ rank 1',
+                'parameter 2.bias @ rank 0',
+                'parameter 2.bias @ rank 1',
+                'parameter 2.weight @ rank 0',
+                'parameter 2.weight @ rank 1',
+                'parameter 4.bias @ rank 0',
+                'parameter 4.bias @ rank 1',
+                'parameter 4.weight @ rank 0',
+                'parameter 4.weight @ rank 1',
+                'the gradient norms @ rank 0',
+                'the gradient norms @ rank 1',
+                'the losses @ rank 0',
+                'the losses @ rank 1',
+                'the shard size @ rank 0',
+                'the shard size @ rank 1',
+                "the shards' dtypes @ rank 0",
+                "the shards' dtypes @ rank 1",
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -2365,6 +2532,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'grad_norm',
                 'loss',
             ),
+            'certain_places': (
+                'grad_norm @ memory',
+                'loss @ memory',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
                 'Frees each gathered layer after its forward and gathers it again for backward (memory measured outside the ranks)',
@@ -2399,7 +2572,42 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'With param_dtype=bfloat16, the master weights stay float32',
             ),
             'certain': (
-                'grad_norm',
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                'loss @ rank 0',
+                'loss @ rank 1',
+                'parameter 0.bias @ rank 0',
+                'parameter 0.bias @ rank 1',
+                'parameter 0.bias @ rank 2',
+                'parameter 0.weight @ rank 0',
+                'parameter 0.weight @ rank 1',
+                'parameter 0.weight @ rank 2',
+                'parameter 2.bias @ rank 0',
+                'parameter 2.bias @ rank 1',
+                'parameter 2.bias @ rank 2',
+                'parameter 2.weight @ rank 0',
+                'parameter 2.weight @ rank 1',
+                'parameter 2.weight @ rank 2',
+                'parameter 4.bias @ rank 0',
+                'parameter 4.bias @ rank 1',
+                'parameter 4.bias @ rank 2',
+                'parameter 4.weight @ rank 0',
+                'parameter 4.weight @ rank 1',
+                'parameter 4.weight @ rank 2',
+                'the gradient norms @ rank 0',
+                'the gradient norms @ rank 1',
+                'the gradient norms @ rank 2',
+                'the losses @ rank 0',
+                'the losses @ rank 1',
+                'the losses @ rank 2',
+                'the shard size @ rank 0',
+                'the shard size @ rank 1',
+                'the shard size @ rank 2',
+                "the shards' dtypes @ rank 0",
+                "the shards' dtypes @ rank 1",
+                "the shards' dtypes @ rank 2",
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -2427,7 +2635,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'With param_dtype=bfloat16, the master weights stay float32',
             ),
             'certain': (
-                'grad_norm',
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'With param_dtype=bfloat16, the master weights stay float32',
@@ -2460,6 +2671,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'grad_norm',
                 'loss',
+            ),
+            'certain_places': (
+                'grad_norm @ memory',
+                'loss @ memory',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -2499,6 +2716,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "gather_full_params() returns FSDP2's trained float32 parameters",
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',

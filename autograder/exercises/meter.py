@@ -20,12 +20,15 @@ dominates (docs/grading.md, "What a student controls").
 
 **Gates.** Memory sampled every few milliseconds can miss a short peak, and bytes say nothing about *when* they
 were sent. So a scenario may put gates in the grader's model (``ranks.ask_gate``): at each one a rank stops, sends
-a digest of the data it has reached, and waits for a factor that the grader's code multiplies into the computation.
-The launcher's gate policy answers: ``SampleAtGates`` reads the waiting rank's memory (what it holds at that point
-of its backward pass); ``OverlapGates`` holds one rank and watches the loopback, to tell communication that runs
-while the backward pass goes on from communication that waits for it or comes after it. The factors make a rank's
-results depend on having asked at each gate in order (the checks divide them out), and the digests show it asked
-with the real data (the checks compare them with the reference's).
+a digest of the data it has reached, and waits for the launcher's answer: a seed drawn after the fork, from which
+the grader's ``GradientGate`` draws per-element factors it multiplies into the gradient (gating.py). The launcher's
+gate policy answers: ``SampleAtGates`` reads the waiting rank's memory (what it holds at that point of its backward
+pass); ``OverlapGates`` holds one rank and watches the loopback, to tell communication that runs while the backward
+pass goes on from communication that waits for it or comes after it. The seeds make the gradient at each gate
+unknowable before the previous gate was answered and the layer between them ran backward, so a rank cannot answer
+its gates in advance; the launcher refuses more requests than the model has gates, and recomputes, once the ranks
+have ended, what each digest must be under the seeds it handed out (``GatePolicy.expect``), which the checks compare
+with the rank's.
 """
 import os
 import random
@@ -137,30 +140,53 @@ def _digest(request) -> list[float] | None:
     return None
 
 
+SEED_BITS = 52  # a gate's answer travels as a float (ranks.ask_gate): exact below 2 ** 53
+
+
 class GatePolicy:
-    """Factors drawn per gate index (the n-th gate a rank reaches), the same for every rank, so that an average over
-    ranks is scaled by one factor; every request recorded with the rank's memory and the bytes sent so far."""
+    """The launcher's side of the gates. Each answer is a seed drawn per rank and gate index by the launcher, after
+    the ranks were forked (nothing in a rank's memory predicts it). The grader's ``GradientGate`` multiplies the
+    gradient by per-element factors drawn from it (gating.py), so the gradient reaching the next gate exists only
+    once this gate was answered and the layer between them really ran backward with it: a rank cannot answer a
+    gate ahead of its computation and be measured while it holds little.
+
+    ``gates``: how many gates each rank's model has. A request beyond them is answered at once with a seed no
+    computation checks, and counted (``refused``): the rank loses the method check. ``expect(seeds)``: the grader's
+    own recomputation, in the launcher once the ranks have ended, of what each rank's digests must be under the
+    seeds it was given (``gating.replay``); the checks compare the ranks' digests with it. Every request is
+    recorded with the rank's memory and the bytes sent so far."""
 
     tick_s: float | None = None  # how often ``tick`` must run while the ranks go on (None: it does nothing)
 
-    def __init__(self, world_size: int):
-        self.world_size = world_size
-        self.factors: list[float] = []
+    def __init__(self, world_size: int, gates: int | None = None, expect=None):
+        self.world_size, self.gates, self.expect = world_size, gates, expect
+        self.seeds: list[list[int]] = [[] for _ in range(world_size)]
         self.reached = [0] * world_size          # gates each rank has asked at
+        self.refused = [0] * world_size          # requests beyond its model's gates
         self.records: list[dict] = []
         self.random = random.SystemRandom()      # nothing in the ranks' memory predicts it
 
-    def factor(self, index: int) -> float:
-        while len(self.factors) <= index:
-            self.factors.append(round(self.random.uniform(0.5, 1.5), 6))
-        return self.factors[index]
+    def answer(self, rank: int, index: int) -> int:
+        seeds = self.seeds[rank]
+        while len(seeds) <= index:
+            seeds.append(self.random.getrandbits(SEED_BITS))
+        return seeds[index]
 
-    def record(self, rank: int, request, meter: Meter) -> int:
+    def record(self, rank: int, request, meter: Meter) -> int | None:
+        """The request's gate index, or None for one beyond the model's gates (answer it with ``refuse``)."""
         index = self.reached[rank]
+        if self.gates is not None and index >= self.gates:
+            self.refused[rank] += 1
+            return None
         self.reached[rank] += 1
         self.records.append({"rank": rank, "index": index, "digest": _digest(request), "held_bytes": meter.held(rank),
                              "sent_bytes": meter.sent()})
         return index
+
+    def refuse(self, rank: int) -> list[tuple[int, float]]:
+        """Answered at once, never held: a rank that asks more often than its model has gates is not measured
+        there, and its extra answers carry no seed any check uses."""
+        return [(rank, self.random.getrandbits(SEED_BITS))]
 
     def request(self, rank: int, request, meter: Meter) -> list[tuple[int, float]]:
         raise NotImplementedError
@@ -168,15 +194,24 @@ class GatePolicy:
     def tick(self, meter: Meter) -> list[tuple[int, float]]:
         return []
 
+    def expected(self):
+        if self.expect is None:
+            return None
+        try:
+            return self.expect([list(seeds[:self.reached[rank]]) for rank, seeds in enumerate(self.seeds)])
+        except Exception as exc:  # the grader's own code: the check then says it could not verify
+            return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
     def result(self) -> dict:
-        return {"factors": self.factors, "records": self.records[:256]}
+        return {"records": self.records[:256], "refused": self.refused, "expected": self.expected()}
 
 
 class SampleAtGates(GatePolicy):
     """Each rank's memory at each of its gates, answered at once: what it holds at that point of the computation."""
 
     def request(self, rank: int, request, meter: Meter) -> list[tuple[int, float]]:
-        return [(rank, self.factor(self.record(rank, request, meter)))]
+        index = self.record(rank, request, meter)
+        return self.refuse(rank) if index is None else [(rank, self.answer(rank, index))]
 
 
 class StopAllAtGates(GatePolicy):
@@ -184,18 +219,20 @@ class StopAllAtGates(GatePolicy):
     largest ``sent_bytes`` of that gate index) is every byte the ranks sent before that point of their computation,
     and none they send after it: all of them are stopped there."""
 
-    def __init__(self, world_size: int):
-        super().__init__(world_size)
+    def __init__(self, world_size: int, gates: int | None = None, expect=None):
+        super().__init__(world_size, gates, expect)
         self.waiting: dict[int, set[int]] = {}
 
     def request(self, rank: int, request, meter: Meter) -> list[tuple[int, float]]:
         index = self.record(rank, request, meter)
+        if index is None:
+            return self.refuse(rank)
         arrived = self.waiting.setdefault(index, set())
         arrived.add(rank)
         if len(arrived) < self.world_size:
             return []
         del self.waiting[index]
-        return [(r, self.factor(index)) for r in sorted(arrived)]
+        return [(r, self.answer(r, index)) for r in sorted(arrived)]
 
 
 class OverlapGates(GatePolicy):
@@ -211,8 +248,9 @@ class OverlapGates(GatePolicy):
 
     tick_s = PEAK_SAMPLE_S  # it times rank 0 against wait_s, and watches the loopback while rank 0 is held
 
-    def __init__(self, world_size: int, hold: int, bucket_bytes: int, wait_s: float = 1.0):
-        super().__init__(world_size)
+    def __init__(self, world_size: int, hold: int, bucket_bytes: int, wait_s: float = 1.0, gates: int | None = None,
+                 expect=None):
+        super().__init__(world_size, gates, expect)
         self.hold, self.bucket_bytes, self.wait_s = hold, bucket_bytes, wait_s
         self.waiting: dict[int, set[int]] = {}
         self.phase, self.since, self.sent_at_release = "barrier", 0.0, 0
@@ -220,6 +258,8 @@ class OverlapGates(GatePolicy):
 
     def request(self, rank: int, request, meter: Meter) -> list[tuple[int, float]]:
         index = self.record(rank, request, meter)
+        if index is None:
+            return self.refuse(rank)
         self.waiting.setdefault(index, set()).add(rank)
         if self.phase == "first goes" and rank == 0 and index == self.hold + 1:
             self.continued = True
@@ -235,18 +275,18 @@ class OverlapGates(GatePolicy):
             if index == self.hold and self.phase == "barrier":
                 self.phase, self.since = "first goes", time.monotonic()
                 ranks.discard(0)
-                out.append((0, self.factor(index)))
+                out.append((0, self.answer(0, index)))
                 continue
             if index == self.hold + 1 and self.phase in ("first goes", "peers go"):
                 continue  # rank 0 waits here until the bytes test is over
-            out += [(r, self.factor(index)) for r in sorted(ranks)]
+            out += [(r, self.answer(r, index)) for r in sorted(ranks)]
             del self.waiting[index]
         return out
 
     def _release_peers(self, meter: Meter) -> list[tuple[int, float]]:
         self.phase, self.since, self.sent_at_release = "peers go", time.monotonic(), meter.sent() or 0
         peers = sorted(self.waiting.pop(self.hold, set()))
-        return [(r, self.factor(self.hold)) for r in peers]
+        return [(r, self.answer(r, self.hold)) for r in peers]
 
     def tick(self, meter: Meter) -> list[tuple[int, float]]:
         now = time.monotonic()

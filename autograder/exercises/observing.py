@@ -120,6 +120,28 @@ def sketch(t, seed: int) -> list[float]:
     return [float(v) for v in total]
 
 
+def projections(tensors: list, seed: int, count: int = 2) -> list[list[float] | None]:
+    """Each tensor projected onto ``count`` random ±1 vectors drawn from ``seed`` (one set per length, float64):
+    where ``sketch`` costs too much (millions of elements), a cheap sign that every element has its value to
+    float32's precision. A projection moves by about the error's norm, so values rounded to 16 bits (3 significant
+    digits) show; a plain sum does not (rounding errors cancel in it). None stays None."""
+    import torch
+
+    signs: dict[int, torch.Tensor] = {}
+    found = []
+    for t in tensors:
+        if t is None:
+            found.append(None)
+            continue
+        flat = t.detach().reshape(-1).to("cpu", torch.float64)
+        if flat.numel() not in signs:
+            generator = torch.Generator().manual_seed(seed * 7919 + flat.numel())
+            signs[flat.numel()] = torch.randint(0, 2, (count, flat.numel()), generator=generator,
+                                                dtype=torch.int8).double().mul_(2).sub_(1)
+        found.append([float(v) for v in signs[flat.numel()] @ flat])
+    return found
+
+
 def params_data(model) -> list[float]:
     """All parameters of a model, flattened in registration order."""
     return [v for p in model.parameters() for v in tensor_data(p)]

@@ -124,17 +124,21 @@ def rank_fds() -> set[int]:
     return set(_own_fds)
 
 
-def ask_gate(name: str, tensor) -> float:
-    """At a gate of the grader's model: tell the launcher where this rank is (with a digest of ``tensor``, the data
-    it has reached) and wait for its factor, which the grader's code multiplies into the computation. The launcher
-    measures the ranks while they wait (meter.py); the factor makes the results depend on asking in this order. In
-    a scenario without gates the factor is 1."""
-    if _gate_channel is None:
-        return 1.0
-    request, reply = _gate_channel
+def digest(tensor) -> list[float]:
+    """The data a rank has reached at a gate, in two numbers: [sum, sum of squares] (float64)."""
     t = tensor.detach().double()
-    os.write(request, (json.dumps({"gate": name, "digest": [float(t.sum()), float(t.square().sum())]}) + "\n")
-             .encode()[:GATE_MESSAGE])
+    return [float(t.sum()), float(t.square().sum())]
+
+
+def ask_gate(name: str, tensor) -> float | None:
+    """At a gate of the grader's model: tell the launcher where this rank is (with a digest of ``tensor``, the data
+    it has reached) and wait for its answer: a seed the launcher drew after the fork (meter.GatePolicy), from which
+    the grader's code may draw factors it multiplies into the computation (gating.py). The launcher measures the
+    ranks while they wait (meter.py). None in a scenario without gates."""
+    if _gate_channel is None:
+        return None
+    request, reply = _gate_channel
+    os.write(request, (json.dumps({"gate": name, "digest": digest(tensor)}) + "\n").encode()[:GATE_MESSAGE])
     answer = b""
     while not answer.endswith(b"\n"):
         chunk = os.read(reply, 64)
@@ -238,7 +242,7 @@ def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeo
 class _Rank:
     def __init__(self, rank: int, pid: int, fd: int, gate_fds: tuple[int, int] | None):
         self.rank, self.pid, self.fd = rank, pid, fd
-        self.gate_in, self.gate_out = gate_fds or (None, None)  # requests from the rank, factors to it
+        self.gate_in, self.gate_out = gate_fds or (None, None)  # requests from the rank, answers to it
         self.gate_data = b""
         self.data, self.done, self.status, self.message = bytearray(), False, None, None
 
@@ -320,7 +324,7 @@ def _collect(ranks: list[_Rank], meter: Meter, deadline: float) -> str | None:
         for fd in ready:
             if fd in asking:
                 _gate_request(asking[fd], ranks, meter)
-        _send_factors(meter.gate_tick(), ranks)
+        _send_answers(meter.gate_tick(), ranks)
         for fd in ready:
             if fd not in waiting:
                 continue
@@ -337,7 +341,7 @@ def _collect(ranks: list[_Rank], meter: Meter, deadline: float) -> str | None:
 
 
 def _gate_request(rank: _Rank, ranks: list[_Rank], meter: Meter) -> None:
-    """A rank reached a gate: its request, parsed with bounds, goes to the policy; factors go out as it says."""
+    """A rank reached a gate: its request, parsed with bounds, goes to the policy; answers go out as it says."""
     chunk = os.read(rank.gate_in, GATE_MESSAGE)
     if not chunk:
         os.close(rank.gate_in)
@@ -350,13 +354,13 @@ def _gate_request(rank: _Rank, ranks: list[_Rank], meter: Meter) -> None:
             request = loads_bounded(line, limit=GATE_MESSAGE)
         except BadMessage:
             request = None
-        _send_factors(meter.gate_request(rank.rank, request), ranks)
+        _send_answers(meter.gate_request(rank.rank, request), ranks)
 
 
-def _send_factors(factors: list[tuple[int, float]], ranks: list[_Rank]) -> None:
-    for rank, factor in factors:
+def _send_answers(answers: list[tuple[int, float]], ranks: list[_Rank]) -> None:
+    for rank, answer in answers:
         try:
-            os.write(ranks[rank].gate_out, f"{factor!r}\n".encode())
+            os.write(ranks[rank].gate_out, f"{answer!r}\n".encode())
         except OSError:  # the rank is gone: its result (or its absence) says so
             pass
 

@@ -173,25 +173,36 @@ def scale_factor(got: list[float], want: list[float]) -> float | None:
 
 # ---- measurements at gates (meter.py's gate policies) -----------------------------------------------
 
-def gate_scales(meter: dict) -> list[float]:
-    """The product of the factors applied before each gate index (backward order): what the gradient arriving at
-    gate i, and the gradients of the layers before it, were multiplied by."""
-    scales, product = [], 1.0
-    for factor in meter["gates"]["factors"]:
-        scales.append(product)
-        product *= float(factor)
-    return scales + [product]
+def gate_digests(meter: dict, rank: int) -> list:
+    """Rank ``rank``'s digests at its gates, in order ([sum, sum of squares] of the gradient reaching each)."""
+    return [record["digest"] for record in meter["gates"]["records"] if record["rank"] == rank]
 
 
-def gate_digests(meter: dict, rank: int) -> list[list[float]]:
-    """Rank ``rank``'s digests at its gates, in order, with the factors divided out ([sum, sum of squares])."""
-    scales = gate_scales(meter)
-    found = []
-    for record in meter["gates"]["records"]:
-        if record["rank"] == rank and record["digest"] is not None and record["index"] < len(scales):
-            scale = scales[record["index"]]
-            found.append([record["digest"][0] / scale, record["digest"][1] / scale ** 2])
-    return found
+def expected_at_gates(meter: dict, key: str):
+    """What the launcher's recomputation (meter.GatePolicy.expect) says ``key`` must be; None where it has none."""
+    expected = meter["gates"].get("expected")
+    return expected.get(key) if isinstance(expected, dict) else None
+
+
+def gate_problem(meter: dict, rank: int, gates: int, reference_meter: dict) -> str | None:
+    """Whether rank ``rank`` passed exactly its model's ``gates`` gates, each with the gradient the grader's own
+    backward computes there under the seeds the launcher answered (meter.GatePolicy): the words that finish
+    "rank 0 ..." when not. A rank that asks at a gate before its backward reaches it, or more often than the model
+    has gates, fails here. The first gate's gradient comes before any seed, so the recomputation's must be the
+    reference's: a record of another scenario (the shipped public one, replayed) is not this one's."""
+    asked = len(gate_digests(meter, rank)) + int((meter["gates"].get("refused") or [0] * (rank + 1))[rank] or 0)
+    if asked != gates:
+        return f"asked at the grader's pauses {asked} times where its model's backward reaches {gates}"
+    want, theirs = expected_at_gates(meter, "digests"), expected_at_gates(reference_meter, "digests")
+    if not isinstance(want, list) or rank >= len(want) or not isinstance(want[rank], list) or not want[rank]:
+        return "could not be checked at the grader's pauses (the grader's own recomputation failed)"
+    if not isinstance(theirs, list) or rank >= len(theirs) or not digests_close(want[rank][:1], theirs[rank][:1], 1e-3):
+        return "has a record of the grader's pauses from another scenario than this one"
+    for index, (got, right) in enumerate(zip(gate_digests(meter, rank), want[rank])):
+        if not digests_close([got], [right], 1e-3):
+            return (f"reached the grader's pause {index + 1} of {gates} with a gradient its backward does not give "
+                    "there (asked early, or with other data)")
+    return None
 
 
 def held_at_gates(meter, world_size: int) -> list[list[float]] | None:
@@ -216,6 +227,24 @@ def digests_close(got: list, want: list, rtol: float) -> bool:
     return all(isinstance(g, list) and len(g) == 2 and all(
         math.isfinite(float(a)) and abs(float(a) - float(b)) <= rtol * (abs(float(b)) + 1e-12) + 1e-9
         for a, b in zip(g, w)) for g, w in zip(got, want))
+
+
+def evidence_close(got: list, want: list, rtol: float, precision: float) -> bool:
+    """Two lists of [sum, sum of squares, projections...] (``observing.projections``) of the same tensors: the
+    digests within ``rtol``, each projection within ``precision`` times the tensor's norm (a projection of a vector
+    off by e moves by about |e|, so 16-bit round-off shows at precision 1e-5 and float32's does not)."""
+    if not isinstance(got, list) or not isinstance(want, list) or len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if not (isinstance(g, list) and isinstance(w, list) and len(g) == len(w) >= 2):
+            return False
+        if not digests_close([g[:2]], [w[:2]], rtol):
+            return False
+        norm = math.sqrt(max(float(w[1]), 0.0))
+        if not all(math.isfinite(float(a)) and abs(float(a) - float(b)) <= precision * norm + 1e-12
+                   for a, b in zip(g[2:], w[2:])):
+            return False
+    return True
 
 
 def measured_privately(*meters) -> bool:

@@ -116,6 +116,46 @@ class MiniFSDP(nn.Module):
         return full_params
 '''
 
+
+# Issue 37's red team: keeps every gathered layer (as above), and before its real forward learns each pause's gradient
+# digest in a throw-away pass with the gates silenced, then writes all its gate requests itself while it holds only
+# shards (each digest scaled by the factors answered so far, as scalar factors once allowed), and lets the real
+# backward through the gates with the answers it already has. Scored 12/12 while a rank asked for its pauses; the
+# launcher's seeds now make each pause's gradient depend on the answer at the one before.
+_ANSWERS_GATES_IN_ADVANCE = _FLAT_AUTOGRAD + '''
+import json
+import os
+
+import autograder.exercises.gating as gating
+import autograder.exercises.ranks as ranks
+
+_KeepsLayers = MiniFSDP
+
+
+def _ask(digest):
+    request, reply = ranks._gate_channel
+    os.write(request, (json.dumps({"gate": "backward", "digest": digest}) + "\\n").encode())
+    answer = b""
+    while not answer.endswith(b"\\n"):
+        answer += os.read(reply, 64)
+    return float(answer)
+
+
+class MiniFSDP(_KeepsLayers):
+    def forward(self, x):
+        if ranks._gate_channel is not None and not getattr(self, "answered", False):
+            self.answered, digests, real = True, [], gating.ask_gate
+            gating.ask_gate = lambda name, grad: digests.append(ranks.digest(grad))  # silenced: identity
+            super().forward(x).float().square().mean().backward()
+            self.full_grads.clear()
+            answers, scale = [], 1.0
+            for total, squares in digests:  # all of them now, holding only shards
+                answers.append(_ask([total * scale, squares * scale * scale]))
+                scale *= answers[-1]
+            gating.ask_gate = lambda name, grad: answers.pop(0) if answers else real(name, grad)
+        return super().forward(x)
+'''
+
 CORRECT = {
     # the reference's idea in another shape: one flat buffer per layer from list collectives (all_gather, reduce_scatter
     # with ReduceOp.AVG); saved-tensor hooks keep where a gathered parameter was, and backward gathers it again
@@ -490,6 +530,7 @@ WRONG = {
     # weights for backward, so every layer stays gathered until its backward. Fails a memory check only once the
     # grader measures the ranks' memory (the current one reads the wrapper's attributes and passes it).
     "keeps_gathered_layers_for_backward": (_FLAT_AUTOGRAD, ["memory"]),
+    "answers_gates_in_advance": (_ANSWERS_GATES_IN_ADVANCE, ["memory"]),
     # bfloat16 on the wire, but the layers compute in float32 (inputs not cast, weights cast back up): losses within
     # 7e-4 and gradient norms within 5e-3 of FSDP2's, parameters 9e-5 off after 3 steps (bfloat16 styles: exactly 0)
     "computes_in_float32_with_bf16_weights": ('''

@@ -21,6 +21,10 @@ HOLD = 1                            # the gate (backward order) at which the gra
 # rank 0 is held must be at least a bucket, more than this spare (correct styles: within 0.1 bucket of the
 # reference under load 11; the loopback counts some tens of KiB more or less from run to run).
 SPARE_BUCKETS = 0.5
+# The overlap scenario's averaged gradients, projected (observing.projections): within this times their norm of the
+# launcher's own float32 average. float32 round-off moves a projection by about 1e-7 of the norm, 16-bit all-reduces
+# (bfloat16 or float16) by 1e-4 to 1e-3.
+GRAD_PRECISION = 1e-5
 
 SCENARIOS = {  # name: (world size, bucket MiB, model kind, ranks start from different weights?, what it is)
     "one_bucket": (2, ONE_BUCKET_MB, "plain", False, "called on 2 ranks with a bucket larger than the model"),

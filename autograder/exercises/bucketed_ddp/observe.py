@@ -5,10 +5,10 @@ import torch._dynamo  # noqa: F401  torch.optim and DDP import it lazily (3–6 
 import torch.distributed as dist
 from torch import nn
 
-from ..gating import GradientGate, grad_digests, pause_at_gates
+from ..gating import GradientGate, in_launcher, pause_at_gates, replay
 from ..meter import OverlapGates
-from ..observing import float32_data
-from ..ranks import observe_on_ranks, run_on_ranks, student_call
+from ..observing import float32_data, projections
+from ..ranks import digest, observe_on_ranks, run_on_ranks, student_call
 from .cases import BATCH, EXTRA, HIDDEN, HOLD, LAYER_BYTES, LAYERS, LR, MOMENTUM, OVERLAP_BATCH, VOCAB, WIDTH, cases
 
 
@@ -121,6 +121,32 @@ def gated_model(c: dict) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def overlap_input(c: dict, rank: int) -> torch.Tensor:
+    return torch.randn(OVERLAP_BATCH, WIDTH, generator=torch.Generator().manual_seed(c["data_seed"] + rank))
+
+
+def grad_evidence(grads: list, c: dict) -> list:
+    """Each gradient as [sum, sum of squares, two projections] (``observing.projections``, drawn from the scenario's
+    seed): the projections see an average that is right only to 16 bits, which the sum does not."""
+    return [None if g is None else digest(g) + p for g, p in zip(grads, projections(grads, c["data_seed"]))]
+
+
+def expected_gates(c: dict):
+    """The launcher's recomputation (meter.GatePolicy.expect): each rank's local backward through the gated stack,
+    its gates answered with the seeds it was given, and the average over ranks of their gradients (what every rank
+    must hold after finish_gradient_synchronization), as digests."""
+    def expect(seeds: list[list[int]]) -> dict:
+        digests, grads, model = [], [], gated_model(c)  # rank 0's weights, on every rank after __init__
+        for rank, rank_seeds in enumerate(seeds):
+            x = overlap_input(c, rank)
+            model.zero_grad(set_to_none=True)
+            digests.append(replay(lambda: model(x).square().mean().backward(), rank_seeds))
+            grads.append([p.grad for p in model.parameters()])
+        average = [torch.stack(per_rank).mean(0) for per_rank in zip(*grads)]
+        return {"digests": digests, "grads": grad_evidence(average, c)}
+    return in_launcher(expect)
+
+
 def overlap_rank(rank: int, world_size: int, cls, c: dict) -> dict:
     """Two steps through the gated stack; in the second the launcher holds and measures the ranks at the gates
     (OverlapGates).
@@ -130,7 +156,7 @@ def overlap_rank(rank: int, world_size: int, cls, c: dict) -> dict:
     instrument.watch_gradients(model)
     wrapped = student_call(cls, model, c["bucket_size_mb"])
     instrument.take()
-    x = torch.randn(OVERLAP_BATCH, WIDTH, generator=torch.Generator().manual_seed(c["data_seed"] + rank))
+    x = overlap_input(c, rank)
     for step in range(2):  # measured in the second step: a wrapper's state must carry over between steps
         pause_at_gates(step == 1)
         model.zero_grad(set_to_none=True)
@@ -139,11 +165,15 @@ def overlap_rank(rank: int, world_size: int, cls, c: dict) -> dict:
         student_call(loss.backward)  # the student's hooks, and the grader's gates, run in here
         instrument.events.append(["backward done"])
         student_call(lambda: wrapped.finish_gradient_synchronization())
-    return {"forbidden": instrument.wrapped_ddp, "grads": grad_digests(model), "events": instrument.take()}
+    return {"forbidden": instrument.wrapped_ddp, "grads": grad_evidence([p.grad for p in model.parameters()], c),
+            "events": instrument.take()}
 
 
 def gates_of(c: dict):
-    return OverlapGates(c["world_size"], hold=HOLD, bucket_bytes=LAYER_BYTES // 2) if c["model"] == "gated" else None
+    if c["model"] != "gated":
+        return None
+    return OverlapGates(c["world_size"], hold=HOLD, bucket_bytes=LAYER_BYTES // 2, gates=LAYERS - 1,
+                        expect=expected_gates(c))
 
 
 def student_rank(rank: int, world_size: int, cls, c: dict) -> dict:

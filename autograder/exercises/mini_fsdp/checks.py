@@ -1,7 +1,7 @@
 """The checks of ``MiniFSDP``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import case, close, digests_close, gate_digests, rank_results
+from ..reading import case, close, gate_problem, rank_results
 from .cases import BF16_RTOL, EXTRA_LAYERS, FP32_RTOL, LAYER_BYTES, PARAM_ATOL, SLACK_BYTES, layer_numels
 
 TORCH_FSDP = ("Your wrapper uses torch's own FSDP (fully_shard or FullyShardedDataParallel): this exercise asks you to "
@@ -100,16 +100,18 @@ MIB = 1 << 20
 def memory_problem(student, reference, *, last_pause: bool = False) -> str | None:
     """What each rank held at the grader's pauses in its backward pass, measured from outside it (meter.py,
     SampleAtGates): within EXTRA_LAYERS full layers of the reference's, and with the gradients arriving at the
-    pauses the model's own (the evidence that the rank really ran backward through them). ``last_pause``: only the
+    pauses the model's own under the launcher's seeds (the evidence that the rank's own backward reached each pause,
+    after the one before it was answered: reading.gate_problem). ``last_pause``: only the
     last pause, where one layer's backward is left and a wrapper that keeps just its shards holds little either way."""
     key = "memory"
     c = case(reference, key)
     ranks_of(student, reference, key)
     meter, theirs = student["scenarios"][key]["meter"], reference["scenarios"][key]["meter"]
     for rank in range(c["world_size"]):
-        if not digests_close(gate_digests(meter, rank), gate_digests(theirs, rank), 1e-3):
-            return (f"When {c['what']}, rank {rank}'s backward did not pass the grader's pauses with the model's "
-                    "gradients: run every child of the Sequential, in order, in forward, and backward through them.")
+        problem = gate_problem(meter, rank, len(c["sizes"]) - 2, theirs)
+        if problem:
+            return (f"When {c['what']}, rank {rank} {problem}: call backward once, and let only the model's own "
+                    "backward reach the pauses (they measure what a rank holds there).")
         held = [r["held_bytes"] or 0 for r in meter["gates"]["records"] if r["rank"] == rank]
         allowed = [r["held_bytes"] or 0 for r in theirs["gates"]["records"] if r["rank"] == rank]
         if last_pause:

@@ -67,7 +67,7 @@ def keeps_gathered_layers_for_backward(student, reference):
     budget = shard_bytes(reference["scenarios"]["fp32_two"]["case"]) + SLACK_BYTES
     between_steps_ok = all(held <= budget for r in _ranks(student) for held in r["after_step"])
     fp32_right = close(_ranks(student)[0]["grad_norms"], _fsdp2(reference)["grad_norms"], atol=1e-5, rtol=1e-4)
-    if fp32_right and between_steps_ok and memory_problem(student, reference):
+    if fp32_right and between_steps_ok and "more than the reference" in (memory_problem(student, reference) or ""):
         return ("between steps only the shards stay, but during backward each rank held several gathered layers "
                 "more than the reference (measured from outside)")
     return None
@@ -118,6 +118,19 @@ def constant_output(student, reference):
     return None
 
 
+def answers_gates_in_advance(student, reference):
+    from ..reading import gate_problem
+
+    memory = reference["scenarios"]["memory"]
+    gates = len(memory["case"]["sizes"]) - 2
+    for rank in range(memory["case"]["world_size"]):
+        problem = gate_problem(student["scenarios"]["memory"]["meter"], rank, gates, memory["meter"])
+        # the first pause comes before any seed: one reached with a wrong gradient there is a wrong forward
+        if problem and (("asked early" in problem and "pause 1 of" not in problem) or "times where" in problem):
+            return f"rank {rank} {problem}"
+    return None
+
+
 def deadlocks_rank_one(student, reference):
     if error_of(student, "fp32_two") == DEADLOCK:
         return "on 2 ranks a rank waited in a collective the other never called"
@@ -146,6 +159,10 @@ MISTAKES = [
             keeps_gathered_layers_for_backward,
             # these variants start from the same template, which keeps the gathered layers for backward too
             variants=("no_padding", "bf16_master_weights", "all_reduce_keeps_full_grads")),
+    Mistake("answers_gates_in_advance", "Your code asks at the grader's pauses itself, ahead of the model's "
+            "backward.", "The pauses measure what a rank holds at that point of its backward pass; a request made "
+            "elsewhere measures nothing there.", "Leave the grader's pauses alone: call backward once and let the "
+            "model's own backward reach each of them.", answers_gates_in_advance),
     Mistake("unsharded_wrapper", "Every rank keeps the whole model.", "Nothing is sharded: FSDP saves no memory.",
             "Keep only this rank's 1/N flat shard of each layer between steps.", unsharded_wrapper),
     Mistake("no_padding", "You split each layer's flat parameters without padding them to a multiple of the world "

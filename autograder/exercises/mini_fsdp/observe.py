@@ -6,7 +6,7 @@ import torch._dynamo  # noqa: F401  torch.optim and FSDP import it lazily (secon
 import torch.distributed as dist
 from torch import nn
 
-from ..gating import GradientGate
+from ..gating import GradientGate, in_launcher, replay
 from ..meter import SampleAtGates
 from ..observing import tensor_data
 from ..ranks import observe_on_ranks, student_call
@@ -101,20 +101,41 @@ def gated_model(case: dict) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def memory_input(case: dict, rank: int) -> torch.Tensor:
+    return torch.randn(MEMORY_BATCH, case["sizes"][0], generator=torch.Generator().manual_seed(case["data_seed"] + rank))
+
+
+def memory_loss(output: torch.Tensor) -> torch.Tensor:
+    return output.float().square().mean()
+
+
+def expected_gates(case: dict):
+    """The launcher's recomputation of each rank's gates (meter.GatePolicy.expect): the plain gated model's
+    backward on that rank's input, each gate answered with the seed the rank was given."""
+    def expect(seeds: list[list[int]]) -> dict:
+        found, model = [], gated_model(case)  # the same weights on every rank
+        for rank, rank_seeds in enumerate(seeds):
+            x = memory_input(case, rank)
+            found.append(replay(lambda: memory_loss(model(x)).backward(), rank_seeds))
+        return {"digests": found}
+    return in_launcher(expect)
+
+
 def memory_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     """One step through the gated model: at each gate in backward the launcher reads what this rank holds
     (SampleAtGates). Recorded here: the loss and the gradient shards' norm (the evidence of the real work)."""
     wrapper = student_call(cls, gated_model(case))
     shards = [p for p in wrapper.parameters() if p.requires_grad]
-    x = torch.randn(MEMORY_BATCH, case["sizes"][0], generator=torch.Generator().manual_seed(case["data_seed"] + rank))
-    loss = student_call(wrapper, x).float().square().mean()
+    loss = memory_loss(student_call(wrapper, memory_input(case, rank)))
     student_call(loss.backward)
     student_call(wrapper.finish_gradient_synchronization)
     return {"loss": float(loss), "grad_norm": global_grad_norm([p.grad for p in shards])}
 
 
 def gates_of(case: dict):
-    return SampleAtGates(case["world_size"]) if case["gated"] else None
+    if not case["gated"]:
+        return None
+    return SampleAtGates(case["world_size"], gates=len(case["sizes"]) - 2, expect=expected_gates(case))
 
 
 def student_rank(rank: int, world_size: int, cls, case: dict) -> dict:

@@ -141,7 +141,7 @@ def memory_rank(rank: int, world_size: int, cls, case: dict, unsharded: bool = F
     """The memory scenario: new seeded gradients (the same on every rank, written in place), then a step, each
     time. After each step the rank stops at a gate, where the launcher reads the memory it holds (meter.py): what
     it keeps between steps, the optimizer's state, without the step's own temporaries (a flat-buffer style needs
-    full-size ones, the reference none). The gates are the grader's own, between steps, so their factors are not
+    full-size ones, the reference none). The gates are the grader's own, between steps, so their answers are not
     needed. Recorded here: every tensor's checksum (the evidence of real steps), and for feedback the state bytes.
     ``unsharded``: the plain optimizer instead of the student's class (the reference's measurement of the wrong
     method)."""

@@ -98,7 +98,7 @@ def tensor_parallel_rank(rank: int, world_size: int, cls, case: dict) -> dict:
 
     Between the two passes the rank stops at a gate (in the traffic scenario; elsewhere ``ask_gate`` returns at
     once) until every rank is there; the launcher reads the bytes sent on the loopback so far: those of the forward
-    pass (and of the process group's start). The gate is the grader's own, between the passes, so its factor is not needed."""
+    pass (and of the process group's start). The gate is the grader's own, between the passes, so its answer is not needed."""
     from torch.profiler import ProfilerActivity, profile
 
     fc1, fc2, x, upstream = make_problem(case, rank)
