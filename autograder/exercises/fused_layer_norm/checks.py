@@ -2,7 +2,7 @@
 import math
 
 from ..reading import case, parallel, scenario, what
-from .cases import BF16_RTOL, EVIDENCE_MIN_COS, FP32_RTOL, STATS_RTOL
+from .cases import BF16_RTOL, EVIDENCE_MIN_COS, FP32_RTOL, SENTINEL, STATS_RTOL
 
 KERNEL_SCENARIOS = ("forward", "backward", "short_rows", "bf16")
 WORDS = {"y": "y", "mean": "the mean", "rstd": "rstd", "dx": "dx", "dw": "the rows' shares of dw",
@@ -27,6 +27,9 @@ def values_problem(student, reference, key: str, names, rtol: float) -> str | No
     """The first of ``names`` that is off by more than ``rtol`` in the scenario, in words (no fix)."""
     got, want = scenario(student, key, what(reference, key)), reference["scenarios"][key]["truth"]
     for name in names:
+        if isinstance(got.get(name), list) and SENTINEL in got[name]:
+            return (f"When {what(reference, key)}, {WORDS[name]} was not written everywhere (the grader's marker "
+                    "is still there)")
         error = relative_error(got.get(name), want[name])
         if error > rtol:
             how = ("holds NaN or inf" if error == math.inf else
@@ -95,9 +98,11 @@ def rows_but_last(values, c: dict):
 def kernels_ran(got: dict, want: dict) -> str | None:
     """The evidence for the mask check: every row but the last of y (forward) or dx (backward) points where the
     truth does, which only a kernel that really normalised the grader's seeded rows shows (a kernel that does
-    nothing leaves NaN). The last row is left out: a missing mask spoils it, and that is the check's own verdict."""
+    nothing leaves the grader's marker). The last row is left out: a missing mask spoils it, and that is the check's
+    own verdict."""
     c = want["case"]
     name = "y" if "y" in want["truth"] else "dx"
-    if parallel(rows_but_last(got.get(name), c), rows_but_last(want["truth"][name], c), min_cos=EVIDENCE_MIN_COS):
+    mine, truth = rows_but_last(got.get(name), c), rows_but_last(want["truth"][name], c)
+    if isinstance(mine, list) and SENTINEL not in mine and parallel(mine, truth, min_cos=EVIDENCE_MIN_COS):
         return None
     return f"when {c['what']}, {name} is not LayerNorm's, even away from the last row."
