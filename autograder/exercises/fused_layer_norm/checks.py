@@ -44,7 +44,8 @@ def advice(problem: str | None, hint: str) -> str | None:
 
 def check_forward(student, reference):
     return advice(values_problem(student, reference, "forward", ("mean", "rstd", "y"), FP32_RTOL),
-                  "walk each row in chunks of BLOCK (range(0, n_cols, BLOCK)), sum x for the mean, then (x − mean)² "
+                  "walk each row in chunks of BLOCK (starting at 0, BLOCK, 2·BLOCK, … below n_cols), sum x for the mean, "
+                  "then (x − mean)² "
                   "for the variance, and store y = (x − mean)·rstd·w + b with rstd = 1/√(variance + eps).")
 
 

@@ -104,7 +104,8 @@ MISTAKES = [
             grid_covers_only_the_first_rows),
     Mistake("one_chunk_per_row_ignoring_block", "Your kernels handle only the first BLOCK elements of each row.",
             "The grader's BLOCK may be shorter than a row: the rest of the row is never read or written.",
-            "Loop over the row in chunks: for start in range(0, n_cols, BLOCK).", one_chunk_per_row_ignoring_block),
+            "Loop over the row in chunks of BLOCK, starting at 0, BLOCK, 2·BLOCK, … while below n_cols.",
+            one_chunk_per_row_ignoring_block),
     Mistake("does_nothing", "Your kernels store nothing.", "The grader reads y, mean, rstd, dx and the shares from "
             "the buffers it passes them.", "Write the kernels as the exercise describes.", does_nothing,
             includes=EVERY),
