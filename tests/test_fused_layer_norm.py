@@ -43,3 +43,25 @@ def test_a_write_one_element_past_a_row_is_caught_by_the_guards():
     assert all(scenarios["backward"]["guards"][f"backward {name}"] for name in ("dy", "x", "w", "dw", "db"))
     assert scenarios["forward"]["guards"] == {f"forward {name}": True for name in
                                               ("x", "w", "b", "y", "mean", "rstd")}
+
+
+@pytest.mark.slow  # every variant observed twice: about a minute
+def test_the_kits_self_check_gives_every_variant_the_graders_score():
+    """A student's test cell (the shipped reference file, no solutions/) scores each variant as the grader does on
+    the public scenarios."""
+    import contextlib
+    import io
+
+    from conftest import grade_source
+    from variants import fused_layer_norm as suite
+
+    from autograder.exercises.define import define_function
+    from autograder.selfcheck import check
+
+    spec = load_course().spec_for_exercise(EX)
+    sources = {**suite.CORRECT, **{name: source for name, (source, _) in suite.WRONG.items()}}
+    for name, source in sources.items():
+        fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", source)], EX)
+        with contextlib.redirect_stdout(io.StringIO()):
+            kit = check(EX, fn)
+        assert kit == sum(r.score for r in grade_source(EX, source, 0)), name
