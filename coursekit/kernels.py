@@ -45,7 +45,30 @@ def _interpreter_builder():
 def interpreted(kernel):
     """The interpreter's version of a ``@triton.jit`` kernel, on any machine (its class is private to Triton 3.x)."""
     from triton.runtime.interpreter import InterpretedFunction
+    _interpret_library_calls()
     return kernel if isinstance(kernel, InterpretedFunction) else InterpretedFunction(kernel.fn)
+
+
+def _interpret_library_calls() -> None:
+    """Triton's own ``@jit`` helpers (the combine functions behind ``tl.sum``, ``tl.max``...) are made when triton is
+    imported: for the compiler, unless TRITON_INTERPRET was set by then (``import torch._dynamo`` imports triton).
+    An interpreted kernel calls them from Python, which a compiled-mode helper refuses ("Cannot call @triton.jit'd
+    outside of the scope of a kernel"). That call is never valid in compiled mode, so it is sent to the interpreter.
+    (``JITFunction`` and ``InterpretedFunction`` are private to Triton 3.x; tests/test_kernels.py.)"""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    if getattr(JITFunction.__call__, "interprets", False):
+        return
+    helpers = {}
+
+    def call(self, *args, **kwargs):
+        if self.fn not in helpers:
+            helpers[self.fn] = InterpretedFunction(self.fn)
+        return helpers[self.fn](*args, **kwargs)
+
+    call.interprets = True
+    JITFunction.__call__ = call
 
 
 @dataclass

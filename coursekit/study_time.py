@@ -40,6 +40,7 @@ DIFFICULTY = {  # graded exercise → (factor, why)
     "ring_attention": (3, "partial softmaxes merged across ranks, sends and receives that must not deadlock"),
     "ExpertParallelMoE": (3, "routing, capacity, an all-to-all of uneven splits and the way back"),
     "Checkpointer": (1.5, "sharded state dicts through DCP, and what a kill leaves on disk"),
+    "FusedLayerNorm": (1.5, "two Triton kernels over a row in chunks and masks, modelled on the lesson's RMSNorm"),
 }
 # how a lesson states it under its title: the total, then each graded exercise's share
 STATED = re.compile(r"study time about (\d+(?:\.5)?) (minutes|min|h)\b(?: \(graded: [^)]*\))?")
