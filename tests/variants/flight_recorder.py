@@ -101,8 +101,8 @@ class FlightRecorder:
 
     def record(self, kind):
         self.count += 1
-        self.store.set(f"{self.name}:{self.count}:{self.rank}", "in")
         self.store.set(f"{self.name}:last:{self.rank}", json.dumps([self.count, kind]))
+        self.store.set(f"{self.name}:{self.count}:{self.rank}", "in")  # last: once seen, the entry is there
 
     def report(self, deadline_s):
         here = [f"{self.name}:{self.count}:{r}" for r in range(self.world)]

@@ -1,6 +1,8 @@
 """The scenarios of ``FlightRecorder``: which collectives the ranks call, and what the grader makes go wrong (plain
 Python). Every scenario runs on 4 ranks; the grader's own code calls each collective, and the ranks that would wait
-in the one that cannot complete call ``report`` instead (their peers' records say who is missing).
+in the one that cannot complete call ``report`` instead (their peers' records say who is missing). In every scenario
+one of those ranks is late: let go LATE_S after the others (all together) began their reports, so that what a
+report sees at once, and what it sees by waiting, is the same on every run.
 """
 from ..scenarios import held_out_rng
 
@@ -44,11 +46,12 @@ def stalled(salt: int) -> dict:
 
 def desync(salt: int) -> dict:
     """4 collectives; one rank (not 0) skips collective ``hang`` and calls the next: at the same sequence number
-    its peers are in another kind of collective."""
+    its peers are in another kind of collective. Another rank is late."""
     rng = _rng(salt, "desync")
     kinds = ["all_reduce", "all_gather", "barrier", "all_reduce"] if salt == 0 else _kinds(rng, 4)
     hang, skipper = (2, 2) if salt == 0 else (rng.randint(1, 3), rng.randint(1, 3))
-    return {"steps": [["dp", k] for k in kinds], "hang": hang, "held": [], "late": None, "skips": skipper}
+    late = 1 if salt == 0 else rng.choice([r for r in (1, 2, 3) if r != skipper])
+    return {"steps": [["dp", k] for k in kinds], "hang": hang, "held": [], "late": late, "skips": skipper}
 
 
 def two_groups(salt: int) -> dict:
@@ -56,14 +59,15 @@ def two_groups(salt: int) -> dict:
     before ``dp``'s first collective, so it has checked in on ``tp`` only (its ``dp`` entry is None)."""
     rng = _rng(salt, "two_groups")
     if salt == 0:
-        members, held, tp, dp = [1, 2, 3], 2, ["all_gather", "all_reduce", "barrier"], "all_reduce"
+        members, held, late, tp, dp = [1, 2, 3], 2, 3, ["all_gather", "all_reduce", "barrier"], "all_reduce"
     else:
         outside = rng.randint(0, 3)
         members = [r for r in range(WORLD_SIZE) if r != outside]
         held = rng.choice([r for r in members if r != 0])
+        late = rng.choice([r for r in (1, 2, 3) if r != held])
         tp, dp = _kinds(rng, 3), rng.choice(KINDS)
     steps = [["tp", kind] for kind in tp] + [["dp", dp]]
-    return {"steps": steps, "hang": 1, "held": [held], "late": None, "skips": None, "tp_members": members}
+    return {"steps": steps, "hang": 1, "held": [held], "late": late, "skips": None, "tp_members": members}
 
 
 def collectives_of(steps: list, group: str) -> list[str]:

@@ -5,7 +5,7 @@ In each rank the grader makes the student's recorder for each group (with the st
 of the scenario's own) and walks the scenario's steps: before each collective it calls ``record(kind)``, then the
 collective itself on that group. A rank the scenario holds asks the launcher's gate first and is held there until
 every other rank has reported (it then ends, as a dead rank would never come back); the late rank is let go
-``LATE_S`` after the on-time ranks began their reports; a desynchronised rank skips a collective. The ranks whose
+``LATE_S`` after the on-time ranks began their reports (together); a desynchronised rank skips a collective. The ranks whose
 next collective could not complete call ``report(deadline_s)`` instead of entering it, between two gates of the
 launcher, which times them from outside.
 """
@@ -96,9 +96,9 @@ def finish(record: dict) -> dict:
 # ---- the launcher's side ---------------------------------------------------------------------------
 
 class HoldAndRelease(GatePolicy):
-    """The scenario's hang, made from outside: the held ranks wait at their gate until every reporting rank has
-    passed its ``reported`` gate; the late rank waits until LATE_S after the last on-time rank reached ``reporting``.
-    Records when each rank began and ended its report (the launcher's clock)."""
+    """The scenario's hang, made from outside: the on-time reporting ranks start their reports together (once all of
+    them have checked in); the late rank is let go LATE_S after that; the held ranks wait at their gate until every
+    reporting rank has passed its ``reported`` gate. Records how long each report took (the launcher's clock)."""
 
     tick_s = 0.01
 
@@ -106,7 +106,7 @@ class HoldAndRelease(GatePolicy):
         super().__init__(case["world_size"])
         self.reporters = len(expected(case))
         self.on_time = self.reporters - (case["late"] is not None)
-        self.held, self.late = [], None
+        self.held, self.late, self.ready, self.go = [], None, [], None
         self.started, self.ended = {}, {}
 
     def request(self, rank: int, request, meter) -> list[tuple[int, float]]:
@@ -121,6 +121,12 @@ class HoldAndRelease(GatePolicy):
             return self.tick(meter)
         if gate == "reporting":
             self.started[rank] = now
+            if self.go is None:  # an on-time rank: all of them start together
+                self.ready.append(rank)
+                if len(self.ready) < self.on_time:
+                    return []
+                self.go = now
+                return [(r, 1.0) for r in self.ready] + self.tick(meter)
         elif gate == "reported":
             self.ended[rank] = now
         return [(rank, 1.0)] + self._release_held()
@@ -132,8 +138,7 @@ class HoldAndRelease(GatePolicy):
         return out
 
     def tick(self, meter) -> list[tuple[int, float]]:
-        on_time = [t for r, t in self.started.items() if r != self.late]
-        if self.late is not None and len(on_time) >= self.on_time and time.monotonic() - max(on_time) >= LATE_S:
+        if self.late is not None and self.go is not None and time.monotonic() - self.go >= LATE_S:
             late, self.late = self.late, None
             return [(late, 1.0)]
         return []
