@@ -76,11 +76,12 @@ def test_on_time_ranks_wait_for_each_other_before_reporting():
 
 @pytest.mark.slow
 def test_class_grading_full_zero_and_a_report_that_never_returns_stopped(tmp_path, subreaper):
-    """The solution full, the blank notebook 0, and a report that waits forever stopped by the grader's own timeout,
-    with partial credit and no process left: through the real sandbox."""
+    """The solution full, the blank notebook 0, and a report that waits forever stopped by the grader's own launch
+    timeout (its scenarios with a held rank fail, named by the diagnosis) with no process left: through the real
+    sandbox."""
     rows = grade_one_exercise_class(tmp_path, NB, EX, {"alice": reference_source(EX), "bob": None,
                                                        "carl": WRONG["blocks_forever"][0]})
     assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 10, rows["alice"]["feedback"]
     assert float(rows["bob"]["score"]) == 0 and "NotImplementedError" in rows["bob"]["feedback"]
-    assert 0 < float(rows["carl"]["score"]) < 10 and "did not return" in rows["carl"]["feedback"], rows["carl"]
+    assert float(rows["carl"]["score"]) < 10 and "blocks_forever" in rows["carl"]["feedback"], rows["carl"]["feedback"]
     assert descendants_left() == []
