@@ -8,8 +8,8 @@ from ..scenarios import held_out_rng
 
 WORLD_SIZE = 4
 KINDS = ("all_reduce", "broadcast", "all_gather", "barrier")
-DEADLINE_S = 0.8   # what report() is given: held ranks stay held well beyond it
-LATE_S = 0.2      # how long after the on-time ranks start report() the late rank is let go: well inside the deadline
+DEADLINE_S = 0.6   # what report() is given: held ranks stay held well beyond it
+LATE_S = 0.15     # how long after the on-time ranks start report() the late rank is let go: well inside the deadline
 NAMES = ("dp", "tp")  # the two groups' names in the two-group scenario (the world group, and a group of 3 ranks)
 
 SCENARIOS = {

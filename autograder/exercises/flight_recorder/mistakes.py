@@ -7,7 +7,7 @@ reference's case (``cases.expected``).
 from ..diagnosis import EVERY, Mistake, error_of, ran
 from ..localise import Locate
 from ..reading import DEADLOCK
-from .cases import collectives_of, expected
+from .cases import LATE_S, collectives_of, expected
 
 
 def _reports(student, key) -> list[tuple[int, dict, dict]]:
@@ -41,7 +41,7 @@ def never_waits(student, reference):
     late = ran(student, "stalled")["case"]["late"]
     for rank, report, _ in _reports(student, "stalled"):
         if late in report["missing"]:
-            return f"rank {rank} named rank {late}, which the grader let go {0.2:g} s into the report, well in time"
+            return f"rank {rank} named rank {late}, which the grader let go {LATE_S:g} s into the report, well in time"
     return None
 
 
