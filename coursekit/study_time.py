@@ -41,6 +41,7 @@ DIFFICULTY = {  # graded exercise → (factor, why)
     "ExpertParallelMoE": (3, "routing, capacity, an all-to-all of uneven splits and the way back"),
     "Checkpointer": (1.5, "sharded state dicts through DCP, and what a kill leaves on disk"),
     "FusedLayerNorm": (1.5, "two Triton kernels over a row in chunks and masks, modelled on the lesson's RMSNorm"),
+    "FlightRecorder": (1, "check-ins in a key-value store, read with a deadline"),
 }
 # how a lesson states it under its title: the total, then each graded exercise's share
 STATED = re.compile(r"study time about (\d+(?:\.5)?) (minutes|min|h)\b(?: \(graded: [^)]*\))?")

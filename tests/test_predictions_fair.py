@@ -99,6 +99,7 @@ ANSWERS = {
     "my_in_place_loads": r"(does not|doesn't|won't|will not|cannot|no longer) load|neither is left|is truncated",
     "my_resumed_at": r"resum\w* (at|from) (step )?4\b",
     "my_blamed_by_timeout": r"not who is missing|names? no rank|(does not|doesn't) name (a|any|the) rank",
+    "my_get_waits_s": MEASURED,  # the wait the next cell times (the store's timeout, read from the text above)
     # Lesson 10
     "my_add_bytes": r"12,?000 bytes|3 ?× ?1000 ?× ?4",
     "my_fused_extra_bytes": r"\b256 bytes|64 ?× ?4 bytes",

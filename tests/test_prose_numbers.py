@@ -58,6 +58,8 @@ ALLOWED = [
     ("05_fsdp_zero", r"8 layers of 768 × 768|about\n2\.25 MiB each", "config",
      "the grader's memory scenario, stated in the exercise (768² float32 values = 2.25 MiB)"),
     ("09_failures", r"at most 8 MiB to one file", "config", "the class grader's sandbox limit per file (docs/authoring.md)"),
+    ("09_failures", r"\(300 s by default|timeout of 0\.5 s|let go 0\.15 s|a little \(10 ms\)", "config",
+     "torch's TCPStore default timeout, the next cell's store timeout, FlightRecorder's late rank and a hint's poll"),
     ("07_transformers", r"float32 matrix is 16 MiB", "arithmetic", "2048² float32 values, the grader's memory scenario"),
     ("07_transformers", r"tolerance of \$10\^\{-5\}\$", "config", "the tolerance the next cell applies"),
     ("07_transformers", r"1 × 128|128 × 128", "citation", "DeepSeek-V3's FP8 tile and block sizes"),

@@ -2041,6 +2041,303 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
         },
     },
+    'FlightRecorder': {
+        'only_first_missing': {
+            'always': (
+                'Names every rank that has not entered the collective, and no other',
+            ),
+            'may': (
+                'Names every rank that has not entered the collective, and no other',
+            ),
+            'wrong': (
+                'the report (the ranks named missing)',
+            ),
+            'signs': (
+                'the report (the ranks named missing): of another length',
+            ),
+            'places': (
+                'the report (the ranks named missing) @ stalled',
+            ),
+            'sizes': (
+            ),
+            'certain': (
+                'the report (the ranks named missing)',
+            ),
+            'certain_places': (
+                'the report (the ranks named missing) @ stalled',
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 0",
+                "the report (each rank's last collective) @ rank 1",
+                "the report (each rank's last collective) @ rank 2",
+                "the report (each rank's last collective) @ rank 3",
+                'the report (the ranks named missing) @ rank 3',
+            ),
+        },
+        'blames_rank_0': {
+            'always': (
+                'Names every rank that has not entered the collective, and no other',
+            ),
+            'may': (
+                'Names every rank that has not entered the collective, and no other',
+            ),
+            'wrong': (
+                'the report (the ranks named missing)',
+            ),
+            'signs': (
+                'the report (the ranks named missing): of another length',
+                'the report (the ranks named missing): zeros',
+            ),
+            'places': (
+                'the report (the ranks named missing) @ stalled',
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'sizes': (
+            ),
+            'certain': (
+                'the report (the ranks named missing)',
+            ),
+            'certain_places': (
+                'the report (the ranks named missing) @ stalled',
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 0",
+                "the report (each rank's last collective) @ rank 1",
+                "the report (each rank's last collective) @ rank 2",
+                "the report (each rank's last collective) @ rank 3",
+            ),
+        },
+        'never_waits': {
+            'always': (
+                "Keeps each process group's sequence numbers apart",
+                "Reports each rank's last collective: its sequence number and kind",
+                'Waits up to the deadline: a rank that arrives in time is not named',
+            ),
+            'may': (
+                "Keeps each process group's sequence numbers apart",
+                "Reports each rank's last collective: its sequence number and kind",
+                'Waits up to the deadline: a rank that arrives in time is not named',
+            ),
+            'wrong': (
+                "the report (each rank's last collective)",
+                'the report (the ranks named missing)',
+            ),
+            'signs': (
+                "the report (each rank's last collective): differs",
+                "the report (each rank's last collective): −1",
+                'the report (the ranks named missing): of another length',
+            ),
+            'places': (
+                "the report (each rank's last collective) @ desync",
+                "the report (each rank's last collective) @ stalled",
+                'the report (the ranks named missing) @ desync',
+                'the report (the ranks named missing) @ stalled',
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'sizes': (
+            ),
+            'certain': (
+                "the report (each rank's last collective)",
+                'the report (the ranks named missing)',
+            ),
+            'certain_places': (
+                "the report (each rank's last collective) @ stalled",
+                'the report (the ranks named missing) @ desync',
+                'the report (the ranks named missing) @ stalled',
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 1",
+            ),
+        },
+        'blocks_forever': {
+            'always': (
+                "Keeps each process group's sequence numbers apart",
+                'Names every rank that has not entered the collective, and no other',
+                "Reports each rank's last collective: its sequence number and kind",
+                'Returns by its deadline while ranks are missing (never blocks itself)',
+                'Waits up to the deadline: a rank that arrives in time is not named',
+            ),
+            'may': (
+                "Keeps each process group's sequence numbers apart",
+                'Names every rank that has not entered the collective, and no other',
+                "Reports each rank's last collective: its sequence number and kind",
+                'Returns by its deadline while ranks are missing (never blocks itself)',
+                'Waits up to the deadline: a rank that arrives in time is not named',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
+            ),
+            'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 0",
+                "the report (each rank's last collective) @ rank 1",
+                "the report (each rank's last collective) @ rank 2",
+                "the report (each rank's last collective) @ rank 3",
+                'the report (the ranks named missing) @ rank 0',
+                'the report (the ranks named missing) @ rank 1',
+                'the report (the ranks named missing) @ rank 2',
+                'the report (the ranks named missing) @ rank 3',
+            ),
+        },
+        'gets_without_checking': {
+            'always': (
+                "Keeps each process group's sequence numbers apart",
+                'Names every rank that has not entered the collective, and no other',
+                'Returns by its deadline while ranks are missing (never blocks itself)',
+            ),
+            'may': (
+                "Keeps each process group's sequence numbers apart",
+                'Names every rank that has not entered the collective, and no other',
+                'Returns by its deadline while ranks are missing (never blocks itself)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+                'raised',
+            ),
+            'places': (
+            ),
+            'sizes': (
+            ),
+            'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 0",
+                "the report (each rank's last collective) @ rank 1",
+                "the report (each rank's last collective) @ rank 2",
+                "the report (each rank's last collective) @ rank 3",
+                'the report (the ranks named missing) @ rank 0',
+                'the report (the ranks named missing) @ rank 1',
+                'the report (the ranks named missing) @ rank 2',
+                'the report (the ranks named missing) @ rank 3',
+            ),
+        },
+        'one_counter_for_all_groups': {
+            'always': (
+                "Keeps each process group's sequence numbers apart",
+                'Names every rank that has not entered the collective, and no other',
+            ),
+            'may': (
+                "Keeps each process group's sequence numbers apart",
+                'Names every rank that has not entered the collective, and no other',
+            ),
+            'wrong': (
+                "the report (each rank's last collective)",
+                'the report (the ranks named missing)',
+            ),
+            'signs': (
+                "the report (each rank's last collective): off",
+                'the report (the ranks named missing): of another length',
+            ),
+            'places': (
+                "the report (each rank's last collective) @ two_groups",
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'sizes': (
+                "the report (each rank's last collective): larger",
+            ),
+            'certain': (
+                "the report (each rank's last collective)",
+                'the report (the ranks named missing)',
+            ),
+            'certain_places': (
+                "the report (each rank's last collective) @ two_groups",
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 2",
+                'the report (the ranks named missing) @ rank 0',
+                'the report (the ranks named missing) @ rank 2',
+            ),
+        },
+        'ignores_group_name': {
+            'always': (
+                "Keeps each process group's sequence numbers apart",
+            ),
+            'may': (
+                "Keeps each process group's sequence numbers apart",
+                'Names every rank that has not entered the collective, and no other',
+            ),
+            'wrong': (
+                "the report (each rank's last collective)",
+                'the report (the ranks named missing)',
+            ),
+            'signs': (
+                "the report (each rank's last collective): +2",
+                "the report (each rank's last collective): differs",
+                'the report (the ranks named missing): of another length',
+            ),
+            'places': (
+                "the report (each rank's last collective) @ two_groups",
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'sizes': (
+            ),
+            'certain': (
+                "the report (each rank's last collective)",
+            ),
+            'certain_places': (
+                "the report (each rank's last collective) @ two_groups",
+            ),
+            'right_parts': (
+                'the report (the ranks named missing) @ rank 2',
+            ),
+        },
+        'does_nothing': {
+            'always': (
+                "Keeps each process group's sequence numbers apart",
+                'Names every rank that has not entered the collective, and no other',
+                "Reports each rank's last collective: its sequence number and kind",
+                'Returns by its deadline while ranks are missing (never blocks itself)',
+                'Waits up to the deadline: a rank that arrives in time is not named',
+            ),
+            'may': (
+                "Keeps each process group's sequence numbers apart",
+                'Names every rank that has not entered the collective, and no other',
+                "Reports each rank's last collective: its sequence number and kind",
+                'Returns by its deadline while ranks are missing (never blocks itself)',
+                'Waits up to the deadline: a rank that arrives in time is not named',
+            ),
+            'wrong': (
+                'the report (the ranks named missing)',
+            ),
+            'signs': (
+                'the report (the ranks named missing): of another length',
+            ),
+            'places': (
+                'the report (the ranks named missing) @ stalled',
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'sizes': (
+            ),
+            'certain': (
+                'the report (the ranks named missing)',
+            ),
+            'certain_places': (
+                'the report (the ranks named missing) @ stalled',
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 0",
+                "the report (each rank's last collective) @ rank 1",
+                "the report (each rank's last collective) @ rank 2",
+                "the report (each rank's last collective) @ rank 3",
+            ),
+        },
+    },
     'FusedLayerNorm': {
         'backward_without_the_mean_term': {
             'always': (
