@@ -84,3 +84,19 @@ def test_class_grading_full_zero_and_hostile_without_leftovers(tmp_path, subreap
     assert 0 < float(rows["carl"]["score"]) < 11 and "after backward" in rows["carl"]["feedback"]
     assert float(rows["dora"]["score"]) == 0 and "DistributedDataParallel" in rows["dora"]["feedback"]
     assert descendants_left() == []
+
+
+@pytest.mark.parametrize("death", ["aborted", "rank 0 died without a result (signal SIGSEGV)"])
+def test_buckets_of_different_sizes_are_named_however_the_rank_dies(death):
+    """Buckets built in another order on each rank meet in one all-reduce with different sizes: gloo aborts the rank
+    that checks the size, or (under load, when another rank reads the broken stream first) that rank dies of another
+    signal. Either way the cause is named."""
+    from conftest import student_observation
+
+    from autograder.exercises import get_exercise
+    from autograder.exercises.diagnosis import diagnose
+
+    ex, reference = get_exercise("BucketedDDP"), reference_observation("BucketedDDP")
+    student = student_observation("BucketedDDP", WRONG["rank_dependent_bucket_order"][0])
+    student["scenarios"]["special"] = {"case": student["scenarios"]["special"]["case"], "error": death}
+    assert diagnose(ex, student, reference, ex.grade(student, reference)).cause_id == "rank_dependent_bucket_order"

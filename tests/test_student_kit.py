@@ -318,6 +318,16 @@ def digits_masked(text: str) -> str:
     return re.sub(r"<a size>.*", "<a size> …", size)  # and what the line says of it after that (its shape, elsewhere)
 
 
+# Variants whose values depend on the secret seeds a launcher draws per run (a MiniFSDP that answers the grader's
+# pauses ahead multiplies its gradients by factors of seeds it asked for early): the same score and cause in both
+# runs, but which values the localisation finds wrong beyond the tolerance varies with the seeds.
+SEEDED_BY_THE_LAUNCHER = {"MiniFSDP/wrong:answers_gates_in_advance"}
+
+
+def without_localisation(report: str) -> str:
+    return "\n".join(line for line in report.splitlines() if not line.strip().startswith(("Wrong:", "Right:")))
+
+
 @pytest.mark.slow
 def test_installed_kit_self_checks_give_the_instructors_verdicts(installed_kit, tmp_path):
     job = selfcheck_job()
@@ -336,7 +346,10 @@ def test_installed_kit_self_checks_give_the_instructors_verdicts(installed_kit, 
             assert got["score"] < maxima[exercise], (key, got["report"])
         assert got["score"] == instructor[key]["score"], f"{key}: the kit and the instructor disagree"
         # the same words; measured numbers (bytes sent, memory held) vary by a few percent between two runs
-        assert digits_masked(got["report"]) == digits_masked(instructor[key]["report"]), f"{key}: different reports"
+        mine, theirs = digits_masked(got["report"]), digits_masked(instructor[key]["report"])
+        if key in SEEDED_BY_THE_LAUNCHER:
+            mine, theirs = without_localisation(mine), without_localisation(theirs)
+        assert mine == theirs, f"{key}: different reports"
     assert set(in_kit) == set(instructor) and len(in_kit) == sum(len(j["cases"]) for j in job.values())
 
 
