@@ -2739,7 +2739,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradient norms',
             ),
             'certain_places': (
-                'grad_norm @ memory',
                 'parameter 0.bias @ fp32_three',
                 'parameter 0.bias @ fp32_two',
                 'parameter 0.weight @ fp32_three',
@@ -2842,44 +2841,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Keeps only the gradient shard after synchronisation (reduce-scatter, not all-reduce)',
             ),
             'certain': (
-                'grad_norm',
             ),
             'certain_places': (
-                'grad_norm @ memory',
             ),
             'right_parts': (
-                'loss @ rank 0',
-                'loss @ rank 1',
-                'parameter 0.bias @ rank 0',
-                'parameter 0.bias @ rank 1',
-                'parameter 0.bias @ rank 2',
-                'parameter 0.weight @ rank 0',
-                'parameter 0.weight @ rank 1',
-                'parameter 0.weight @ rank 2',
-                'parameter 2.bias @ rank 0',
-                'parameter 2.bias @ rank 1',
-                'parameter 2.bias @ rank 2',
-                'parameter 2.weight @ rank 0',
-                'parameter 2.weight @ rank 1',
-                'parameter 2.weight @ rank 2',
-                'parameter 4.bias @ rank 0',
-                'parameter 4.bias @ rank 1',
-                'parameter 4.bias @ rank 2',
-                'parameter 4.weight @ rank 0',
-                'parameter 4.weight @ rank 1',
-                'parameter 4.weight @ rank 2',
-                'the gradient norms @ rank 0',
-                'the gradient norms @ rank 1',
-                'the gradient norms @ rank 2',
-                'the losses @ rank 0',
-                'the losses @ rank 1',
-                'the losses @ rank 2',
-                'the shard size @ rank 0',
-                'the shard size @ rank 1',
-                'the shard size @ rank 2',
-                "the shards' dtypes @ rank 0",
-                "the shards' dtypes @ rank 1",
-                "the shards' dtypes @ rank 2",
             ),
             'may': (
                 'Each rank keeps only its shard of every layer between steps',
@@ -3005,7 +2970,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the gradient norms',
             ),
             'certain_places': (
-                'grad_norm @ memory',
                 'parameter 0.bias @ fp32_three',
                 'parameter 0.bias @ fp32_two',
                 'parameter 0.weight @ fp32_three',
@@ -3175,11 +3139,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "gather_full_params() returns FSDP2's trained float32 parameters",
             ),
             'certain': (
-                'grad_norm',
                 'loss',
             ),
             'certain_places': (
-                'grad_norm @ memory',
                 'loss @ memory',
             ),
             'right_parts': (
@@ -3315,11 +3277,9 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "gather_full_params() returns FSDP2's trained float32 parameters",
             ),
             'certain': (
-                'grad_norm',
                 'loss',
             ),
             'certain_places': (
-                'grad_norm @ memory',
                 'loss @ memory',
             ),
             'right_parts': (

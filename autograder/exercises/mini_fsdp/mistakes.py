@@ -190,6 +190,8 @@ MISTAKES = [
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
 LOCATE = Locate(names={"losses": "the losses", "grad_norms": "the gradient norms", "full_params": "parameter {}",
                        "shard_numel": "the shard size", "shard_dtypes": "the shards' dtypes"},
-                ignore=("between", "after_sync", "after_step", "forbidden"),
+                # the memory scenario's gradient norm is taken under the launcher's secret per-element gate factors,
+                # different in every run: method evidence (the gates' digests), not a result to compare
+                ignore=("between", "after_sync", "after_step", "forbidden", "grad_norm"),
                 tolerance=lambda case: 2 * BF16_RTOL if case["param_dtype"] else RTOL,
                 factors=lambda case: {"world_size": case["world_size"]})
