@@ -149,9 +149,11 @@ def simulate_overhead(interval: float, checkpoint_cost: float, mtbf: float, work
 
 
 def torchrun(script, directory, *, nproc: int, max_restarts: int = 0, args=()) -> subprocess.Popen:
-    """Start ``script`` under torchrun on this machine; its output is captured (read it with ``stop_job``)."""
+    """Start ``script`` under torchrun on this machine; its output is captured (read it with ``stop_job``).
+    torchrun's own logs go into ``directory`` too (left to itself it makes a new folder in /tmp every run)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               f"--max-restarts={max_restarts}", str(script), "--dir", str(directory), *map(str, args)]
+               f"--max-restarts={max_restarts}", "--log-dir", str(Path(directory) / "torchrun-logs"),
+               str(script), "--dir", str(directory), *map(str, args)]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -93,3 +93,20 @@ def test_the_simulated_waste_is_least_near_youngs_interval():
 
     assert waste(young) < waste(young / 8) and waste(young) < waste(young * 8)
     assert simulate_overhead(100, 0, 1e12, 1000, 0, seed=0) == 0  # no cost, (almost) no failures: no waste
+
+
+def test_torchrun_keeps_its_logs_in_the_job_directory(tmp_path, monkeypatch):
+    """Left to itself torchrun makes a torchelastic_* folder in /tmp on every run, and Lesson 9 runs it twice."""
+    from coursekit.failures import stop_job, torchrun
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    script = tmp_path / "job.py"
+    script.write_text("import sys\nprint('ran with', sys.argv[1:])\n")
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    code, out, err = stop_job(torchrun(script, job_dir, nproc=1), job_dir, timeout=60)
+    assert code == 0, err[-2000:]
+    assert "ran with" in out
+    assert not list((tmp_path / "tmp").glob("torchelastic_*"))
+    assert (job_dir / "torchrun-logs").is_dir()
