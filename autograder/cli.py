@@ -72,7 +72,7 @@ def _observe_public() -> dict[str, dict]:
     """Every reference solution observed on the public scenarios, in a worker like class grading's (the
     solutions are trusted code, so without isolation)."""
     from .authoring.course import load_course
-    from .grader.grading import reference_observations
+    from .grader.references import reference_observations
     from .grader.sandbox.sandbox import make_sandbox
 
     course = load_course()

@@ -18,7 +18,7 @@ from conftest import REPO, variant_modules
 
 from autograder.authoring.course import load_course
 from autograder.grader.class_report import build, released_cells, write_class_report
-from autograder.grader.grading import Row
+from autograder.grader.rows import Row
 from autograder.grader.similarity import fingerprints, similar_pairs, tokens
 
 ARTIFACTS = REPO / "test-artifacts" / "class-report"

@@ -9,8 +9,8 @@ from test_diagnosis import observed
 
 from autograder.exercises.verdict import feedback_sentence, total
 from autograder.grader.gradebook import _report_cell
-from autograder.grader.grading import Row
 from autograder.grader.report import feedback_html, feedback_markdown, grades_csv
+from autograder.grader.rows import Row
 
 EX, NB = "train_with_accumulation", "01_gradient_accumulation.ipynb"
 WRONG_ADVICE = ("call model.train() first", "optimizer.zero_grad() before the first batch")

@@ -11,7 +11,7 @@ from submission_factory import filled, reference_source, released_notebook, writ
 
 from autograder.authoring.course import load_course
 from autograder.grader.gradebook import record_in_gradebook
-from autograder.grader.grading import Row
+from autograder.grader.rows import Row
 from autograder.grader.submissions import discover
 
 NB, EX, ASSIGNMENT = "01_gradient_accumulation.ipynb", "train_with_accumulation", "lesson1"

@@ -13,7 +13,7 @@ import pytest
 from submission_factory import filled, reference_source, write
 
 from autograder.authoring.course import load_course
-from autograder.grader.grading import held_out_salt
+from autograder.grader.references import held_out_salt
 
 NB, EX = "04_model_pipeline_parallel.ipynb", "gpipe_schedule"
 REPLAY = '''

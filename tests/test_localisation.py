@@ -267,8 +267,8 @@ def test_every_renderer_leads_with_the_localisation_and_withholds_the_advice_it_
 
     from autograder.exercises.diagnosis import Diagnosis
     from autograder.exercises.protocol import CheckResult
-    from autograder.grader.grading import Row
     from autograder.grader.report import feedback_html, feedback_markdown
+    from autograder.grader.rows import Row
 
     results = [CheckResult("Gradients equal attention's", 2, 0, "dk is off by 1.8: mind the causal mask."),
                CheckResult("bf16 results", 1, 0, "the dtype is float32: cast the results down."),

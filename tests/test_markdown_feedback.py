@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autograder.grader.escape import md_text, strip_controls
-from autograder.grader.grading import Row
 from autograder.grader.report import feedback_markdown
+from autograder.grader.rows import Row
 
 FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MARKUP_HEAVY = st.text(alphabet=st.sampled_from(list("*_`[]()<>!#&;|~\\-+=.:^\"'/?%@ 0123456789abxy\u00a0")),

@@ -3,7 +3,7 @@ graded in a worker of its own, where that library alone is left in place, and ra
 worker whose ranks share /tmp; every other exercise keeps every stub and one /tmp per rank."""
 from types import SimpleNamespace
 
-from autograder.grader import grading
+from autograder.grader import isolation
 from autograder.grader.protocol import Task
 from autograder.grader.sandbox import forbidden
 from autograder.grader.sandbox.sandbox import Limits, Sandbox
@@ -26,7 +26,7 @@ def test_the_stubs_without_a_library_keep_every_other_one():
 
 def test_tasks_that_need_a_library_run_in_a_worker_of_their_own(monkeypatch):
     needs = {"A": (), "B": (FSDP,), "C": ()}
-    monkeypatch.setattr(grading, "get_exercise", lambda name: SimpleNamespace(
+    monkeypatch.setattr(isolation, "get_exercise", lambda name: SimpleNamespace(
         needs_libraries=needs[name], ranks=False, ranks_share_files=name == "B"))
     workers, isolated = [], {}
 
@@ -35,10 +35,10 @@ def test_tasks_that_need_a_library_run_in_a_worker_of_their_own(monkeypatch):
         isolated[tuple(t.exercise for t in tasks)] = sandbox.isolate_ranks
         return {t.key: None for t in tasks}, 1.0
 
-    monkeypatch.setattr(grading, "run_tasks", run_tasks)
+    monkeypatch.setattr(isolation, "run_tasks", run_tasks)
     sandbox = Sandbox("off", Limits(), None, stubs=forbidden.locate(), isolate_ranks=True)
     tasks = [Task(f"nb::{name}", name, (), 10.0, 0) for name in needs]
-    results, _ = grading.run_isolated(tasks, sandbox)
+    results, _ = isolation.run_isolated(tasks, sandbox)
     assert set(results) == {"nb::A", "nb::B", "nb::C"}
     by_exercises = {tuple(exercises): binds for exercises, binds in workers}
     assert set(by_exercises) == {("A", "C"), ("B",)}

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from grader_user import ensure_user, give_to, is_root, shared_folder
 
-from autograder.grader.grading import AloneOrShared
+from autograder.grader.isolation import AloneOrShared
 from autograder.grader.sandbox import forbidden, identity, isolation, probe
 from autograder.grader.sandbox import sandbox as sandbox_module
 from autograder.grader.sandbox.sandbox import (

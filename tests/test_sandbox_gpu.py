@@ -133,7 +133,7 @@ def test_reference_and_students_are_observed_with_the_same_sandbox(tmp_path, mon
     """grade_class passes its one sandbox to the reference's observation and to every student's tasks."""
     from submission_factory import filled, reference_source, write
 
-    from autograder.grader import batch, grading
+    from autograder.grader import batch, isolation, references
     from autograder.grader.protocol import TaskResult
 
     seen = []
@@ -143,7 +143,8 @@ def test_reference_and_students_are_observed_with_the_same_sandbox(tmp_path, mon
         return {t.key: TaskResult(t.key, "ok", {"salt": t.salt, "scenarios": {}}, "", "") if as_reference
                 else TaskResult(t.key, "failed", None, "not run in this test", "") for t in tasks}, 0.0
 
-    monkeypatch.setattr(grading, "run_tasks", fake_run_tasks)
+    for module in (isolation, references):  # students' tasks and the reference's
+        monkeypatch.setattr(module, "run_tasks", fake_run_tasks)
     for student in ("ann", "ben"):
         exercise = "train_with_accumulation"
         write(tmp_path / "in", student, "01_gradient_accumulation.ipynb",

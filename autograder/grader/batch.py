@@ -23,9 +23,11 @@ from tqdm.auto import tqdm
 from ..authoring.course import Course, load_course
 from ..exercises import get_exercise
 from ..selfcheck.fingerprint import code_fingerprint, grader_code
-from .grading import Row, SubmittedNotebook, grade_submission, read_notebooks, reference_observations
+from .grading import SubmittedNotebook, grade_submission, read_notebooks
 from .outputs import load_state, save_run, save_state
+from .references import reference_observations
 from .report import write_reports
+from .rows import Row
 from .runner import close_idle_workers, keep_idle_workers
 from .sandbox.sandbox import Sandbox
 from .submissions import Submission, discover, submitted_notebooks

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .escape import strip_controls
-from .grading import Row
 from .outputs import REPORT_HTML, REPORT_TABLES, SIMILAR, csv_text, load_rows, load_run, save_rows, write_atomic
+from .rows import Row
 from .similarity import Pair
 
 TEMPLATE = Path(__file__).with_name("class_report.html.j2")

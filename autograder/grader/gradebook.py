@@ -24,8 +24,8 @@ from ..exercises.diagnosis import Diagnosis
 from ..exercises.protocol import CheckResult
 from ..exercises.verdict import format_report, score_result
 from .escape import file_stem, strip_controls
-from .grading import Row
 from .notebook import Cell, Notebook, NotebookProblem, parse_notebook
+from .rows import Row
 from .submissions import Submission, match_notebooks
 
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .escape import csv_cell
-from .grading import Row
+from .rows import Row
 
 GRADES, SUMMARY, FEEDBACK = "grades.csv", "summary.csv", "feedback"
 RUN, RESULTS, STATE = "run.json", "results.json", ".state"

@@ -14,8 +14,8 @@ from ..exercises.diagnosis import Diagnosis
 from ..exercises.feedback import Section, consequence_line, explained_line, sections
 from ..exercises.protocol import CheckResult
 from .escape import file_stem, md_code, md_text, strip_controls
-from .grading import Row
 from .outputs import FEEDBACK, GRADES, SUMMARY, csv_text, write_atomic
+from .rows import Row
 
 
 def _number(x: float) -> str:

@@ -173,7 +173,7 @@ class Sandbox:
     def one_identity(self) -> bool:
         """Every worker runs as the grader's own uid: per-user kernel quotas (processes, inotify and epoll watches,
         message queues) are then shared by all the students graded at once, so one student's code could make
-        another's ranks fail. Rank exercises are then graded one student at a time (grading.py)."""
+        another's ranks fail. Rank exercises are then graded one student at a time (isolation.py)."""
         return self.uid is None
 
     def describe(self) -> str:
