@@ -143,3 +143,42 @@ def test_no_module_reaches_into_the_tests_by_path(package):
 def test_every_bench_imports(module):
     """A bench is run by hand, rarely: a module it imports that moved must fail here, not on the day it is needed."""
     __import__(f"bench.{module}")
+
+
+@pytest.mark.slow  # grades a student (about 20 s)
+def test_one_submission_walks_the_grader_without_going_back(tmp_path):
+    """Grading one student, every call from one grader module into another, traced: each stage the run goes
+    through (reading, the references, grading, the reports) is entered once by the batch, and no module calls back
+    into a module that called it (the run does not return to a module to finish a job it began there)."""
+    import threading
+    from collections import Counter
+
+    from submission_factory import filled, reference_source, write
+
+    from autograder.grader.batch import grade_class
+    from autograder.grader.sandbox.sandbox import make_sandbox
+
+    nb, ex = "01_gradient_accumulation.ipynb", "train_with_accumulation"
+    write(tmp_path / "in", "ada", nb, filled(nb, {ex: reference_source(ex)}))
+    calls = []
+
+    def trace(frame, event, arg):
+        module = frame.f_globals.get("__name__", "")
+        caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back else ""
+        if event == "call" and caller != module and all(m.startswith("autograder.grader.") for m in (module, caller)) \
+                and frame.f_code.co_name[0] != "<":  # a lambda or comprehension belongs to its caller's job
+            calls.append((caller.rsplit(".", 1)[1], module.rsplit(".", 1)[1], frame.f_code.co_name))
+
+    threading.setprofile(trace)
+    sys.setprofile(trace)
+    try:
+        grade_class(tmp_path / "in", tmp_path / "out", make_sandbox(), jobs=1, progress=False)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    from_batch = Counter((callee, name) for caller, callee, name in calls if caller == "batch")
+    assert max(from_batch.values()) == 1, from_batch
+    stages = {callee for callee, _ in from_batch}
+    assert {"submissions", "references", "grading", "report", "class_report", "outputs"} <= stages, stages
+    edges = {(caller, callee) for caller, callee, _ in calls if "sandbox" not in (caller, callee)}
+    assert not {(a, b) for a, b in edges if (b, a) in edges}, sorted(edges)
