@@ -61,3 +61,24 @@ def test_an_edit_to_the_meter_makes_generate_check_fail_and_a_catalogue_edit_doe
     check = run(copy, "-m", "autograder", "generate", "--check")
     assert check.returncode != 0
     assert "the code of `BucketedDDP` changed" in check.stdout + check.stderr
+
+
+def test_generate_keeps_a_reference_file_whose_new_run_differs_only_by_measurements_and_secrets(tmp_path):
+    """A second observation of unchanged code differs in what the meters read and, in a scenario whose gates the
+    launcher seeds with per-run secrets, in the ranks' results: the file is kept as it was (no churn, no conflicts);
+    any other difference rewrites it."""
+    import json
+
+    from autograder.authoring.reference_files import write_references
+    from autograder.selfcheck.recorded import FOLDER
+
+    shutil.copy(FOLDER / "BucketedDDP.json", tmp_path / "BucketedDDP.json")
+    shipped = (tmp_path / "BucketedDDP.json").read_text()
+    observation = json.loads(shipped)["observation"]
+    gated = next(s for s in observation["scenarios"].values() if "expected" in s.get("meter", {}).get("gates", {}))
+    gated["ranks"][0]["grads"][0][0] += 1.0       # made from the launcher's secret seeds
+    gated["meter"]["peak_bytes"][0] += 4096       # a meter's reading
+    assert write_references({"BucketedDDP": observation}, tmp_path)[0].startswith("unchanged")
+    assert (tmp_path / "BucketedDDP.json").read_text() == shipped
+    observation["scenarios"]["one_bucket"]["ranks"][0]["final"] = [0.5]  # a result that is not secret
+    assert write_references({"BucketedDDP": observation}, tmp_path)[0].startswith("wrote")
