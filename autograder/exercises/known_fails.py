@@ -708,6 +708,22 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the final parameters',
                 'what each resumed step read',
             ),
+            'certain_places': (
+                'the final parameters @ resize',
+                'the final parameters @ same_size',
+                'what each resumed step read @ resize',
+                'what each resumed step read @ same_size',
+            ),
+            'right_parts': (
+                'the state after load() (adam_step) @ rank 0',
+                'the state after load() (moments) @ rank 0',
+                'the state after load() (params) @ rank 0',
+                'the step load() returned @ rank 0',
+                'the step load() returned @ rank 1',
+                'the step load() returned @ rank 2',
+                'trained @ rank 0',
+                'trained @ rank 1',
+            ),
             'may': (
                 'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
                 'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
@@ -739,6 +755,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the final parameters',
                 'what each resumed step read',
+            ),
+            'certain_places': (
+                'disk_bytes @ memory',
+                'the final parameters @ resize',
+                'the final parameters @ same_size',
+                'what each resumed step read @ resize',
+                'what each resumed step read @ same_size',
+            ),
+            'right_parts': (
+                'the state after load() (adam_step) @ rank 0',
+                'the state after load() (moments) @ rank 0',
+                'the state after load() (params) @ rank 0',
+                'the step load() returned @ rank 0',
+                'the step load() returned @ rank 1',
+                'the step load() returned @ rank 2',
+                'trained @ rank 0',
+                'trained @ rank 1',
             ),
             'may': (
                 'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
@@ -774,6 +807,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                'the final parameters @ rank 0',
+                'the state after load() (adam_step) @ rank 0',
+                'the state after load() (moments) @ rank 0',
+                'the state after load() (params) @ rank 0',
+                'the step load() returned @ rank 0',
+                'the step load() returned @ rank 1',
+                'trained @ rank 0',
+                'trained @ rank 1',
+                'what each resumed step read @ rank 0',
+            ),
             'may': (
                 "AdamW's moments and step come back, resharded to the new number of ranks",
                 'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
@@ -799,6 +845,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'disk_bytes',
+            ),
+            'certain_places': (
+                'disk_bytes @ memory',
+            ),
+            'right_parts': (
+                'the final parameters @ rank 0',
+                'the state after load() (adam_step) @ rank 0',
+                'the state after load() (moments) @ rank 0',
+                'the state after load() (params) @ rank 0',
+                'the step load() returned @ rank 0',
+                'the step load() returned @ rank 1',
+                'trained @ rank 0',
+                'trained @ rank 1',
+                'what each resumed step read @ rank 0',
             ),
             'may': (
                 "AdamW's moments and step come back, resharded to the new number of ranks",
@@ -828,6 +888,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'disk_bytes',
                 'the final parameters',
                 'the state after load() (moments)',
+            ),
+            'certain_places': (
+                'disk_bytes @ memory',
+                'the final parameters @ resize',
+                'the state after load() (adam_step) @ resize',
+                'the state after load() (moments) @ resize',
+            ),
+            'right_parts': (
+                'the state after load() (params) @ rank 0',
+                'the step load() returned @ rank 0',
+                'the step load() returned @ rank 1',
+                'the step load() returned @ rank 2',
+                'trained @ rank 0',
+                'trained @ rank 1',
+                'what each resumed step read @ rank 0',
             ),
             'may': (
                 "AdamW's moments and step come back, resharded to the new number of ranks",
@@ -862,6 +937,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'disk_bytes',
             ),
+            'certain_places': (
+                'disk_bytes @ memory',
+            ),
+            'right_parts': (
+                'the final parameters @ rank 0',
+                'the state after load() (adam_step) @ rank 0',
+                'the state after load() (moments) @ rank 0',
+                'the state after load() (params) @ rank 0',
+                'the step load() returned @ rank 0',
+                'the step load() returned @ rank 1',
+                'the step load() returned @ rank 2',
+                'trained @ rank 0',
+                'trained @ rank 1',
+                'what each resumed step read @ rank 0',
+            ),
             'may': (
                 'Each rank saves only its own shards, never the gathered state (memory measured outside the ranks)',
             ),
@@ -893,6 +983,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the state after load() (params)',
                 'the step load() returned',
                 'what each resumed step read',
+            ),
+            'certain_places': (
+                'disk_bytes @ memory',
+                'the state after load() (adam_step) @ resize',
+                'the state after load() (adam_step) @ same_size',
+                'the state after load() (moments) @ resize',
+                'the state after load() (moments) @ same_size',
+                'the state after load() (params) @ resize',
+                'the state after load() (params) @ same_size',
+                'the step load() returned @ resize',
+                'the step load() returned @ same_size',
+                'what each resumed step read @ resize',
+                'what each resumed step read @ same_size',
+            ),
+            'right_parts': (
+                'the final parameters @ rank 0',
+                'trained @ rank 0',
+                'trained @ rank 1',
             ),
             'may': (
                 "AdamW's moments and step come back, resharded to the new number of ranks",

@@ -1,11 +1,13 @@
 """Observing ``Checkpointer`` on real ranks: trained, killed from outside, cut off and resumed on another world size.
 
-Each scenario is two launches. Before: the ranks train with the student's checkpointer, saving after every step and
-stopping at the grader's gate after each save; the launcher snapshots the directory at the gate before the chosen
-save and, once every rank has reached the gate after it, kills them all (SIGKILL). Where the scenario says so, it then
-cuts that save back to what a kill in the middle of it leaves (``cut_off``). After: a fresh model on the new number
-of ranks calls ``load()`` and trains to the end. The model is sharded the way FSDP2 shards it (every parameter a
-DTensor split by rows over the ranks), by the grader's own code: the grader's sandbox switches torch's FSDP off.
+Before: the ranks train with the student's checkpointer, saving after every step and stopping at the grader's gate
+after each save; the launcher snapshots the directory at the gate before the chosen save and, once every rank has
+reached the gate after it, kills them all (SIGKILL). That killed run serves both resumed scenarios: each gets the
+directory as the kill left it, at the same path (a checkpoint may name its own folder), and the one that says so
+has the newest save cut back to what a kill in the middle of it leaves (``plan_cut``, planned once on the killed
+run's own files). After: a fresh model on the scenario's number of ranks calls ``load()`` and trains to the end.
+The model is sharded the way FSDP2 shards it (every parameter a DTensor split by rows over the ranks), by the
+grader's own code: the grader's sandbox switches torch's FSDP off.
 """
 import os
 import shutil
@@ -66,7 +68,7 @@ def new_run(case: dict):
 
     torch.manual_seed(case["model_seed"])
     model = ShardedMLP(case["sizes"], init_device_mesh("cpu", (dist.get_world_size(),)))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, foreach=True)  # DTensor ops: fewer with foreach
     x = torch.randn(ROWS, case["sizes"][0], generator=torch.Generator().manual_seed(case["data_seed"]))
     loader = ShuffledBatches(x, x.sum(1, keepdim=True).sin(), GLOBAL_BATCH, seed=case["data_seed"])
     torch.manual_seed(case["data_seed"] + 1)
@@ -185,26 +187,40 @@ def snapshot(directory: Path, contents: bool) -> dict:
     return found
 
 
-def cut_off(directory: Path, before: dict) -> None:
-    """Make the newest save look as a kill in the middle of it leaves it: its last file operation (by change time)
-    never happened (a file it created is gone, one it renamed over an older file is the older file again, one it
-    wrote in place holds its first half), and the file it wrote just before, the one the kill interrupted, holds only
-    its first half."""
+def plan_cut(directory: Path, before: dict) -> list[tuple[str, bytes | None, int | None]]:
+    """How to make the newest save look as a kill in the middle of it leaves it: its last file operation (by change
+    time) never happened (a file it created is gone, one it renamed over an older file is the older file again, one
+    it wrote in place holds its first half), and the file it wrote just before, the one the kill interrupted, holds
+    only its first half. Per file: (path, the bytes it goes back to or None, the size it is cut to or None)."""
     now = snapshot(directory, contents=False)
     changed = sorted((p for p in now if p not in before or before[p][:4] != now[p][:4]),
                      key=lambda p: (now[p][3], now[p][2]))
+    plan = []
     for p in changed[-2:]:
-        path = directory / p
         replaced = p not in before or before[p][0] != now[p][0]  # a new inode: created, or renamed into place
+        if p == changed[-1] and replaced:
+            plan.append((p, before[p][4] if p in before else None, None))
+        else:
+            plan.append((p, None, now[p][1] // 2))
+    return plan
+
+
+def apply_cut(directory: Path, plan) -> None:
+    for p, older, size in plan:
+        path = directory / p
         try:
-            if p == changed[-1] and replaced:
-                path.unlink()
-                if p in before and before[p][4] is not None:
-                    path.write_bytes(before[p][4])
+            if size is not None:
+                os.truncate(path, size)
             else:
-                os.truncate(path, now[p][1] // 2)
+                path.unlink()
+                if older is not None:
+                    path.write_bytes(older)
         except OSError:
             pass
+
+
+def cut_off(directory: Path, before: dict) -> None:
+    apply_cut(directory, plan_cut(directory, before))
 
 
 def disk_bytes(directory: Path) -> int:
@@ -239,23 +255,55 @@ class KillAfterSave(GatePolicy):
         return [(r, 1.0) for r in sorted(arrived)]
 
 
-def run_scenario(cls, case: dict) -> dict:
-    directory = Path(tempfile.mkdtemp(prefix="checkpointer-"))
-    try:
-        if case["memory"]:
-            found = run_on_ranks(before_rank, case["killed_on"], cls, case, str(directory), peaks=True,
-                                 timeout=LAUNCH_S)
-            return {**found, "disk_bytes": disk_bytes(directory)} if "ranks" in found else found
+class KilledRun:
+    """The run the grader killed: its directory as the kill left it (a copy, put back at the same path for each
+    scenario that resumes from it) and the cut planned on its own files; or why there is none."""
+
+    def __init__(self, cls, case: dict, directory: Path):
+        self.directory, self.kept = directory, directory.with_name(directory.name + "-as-killed")
         policy = KillAfterSave(case["killed_on"], case["kill_after"], directory)
         found = run_on_ranks(before_rank, case["killed_on"], cls, case, str(directory), gates=policy,
                              timeout=LAUNCH_S)
-        if not policy.killed:
-            return found if "error" in found else {"error": "the ranks ended before the grader's kill"}
+        self.failed = None if policy.killed else (
+            found if "error" in found else {"error": "the ranks ended before the grader's kill"})
+        if policy.killed:
+            self.cut = plan_cut(directory, policy.before)
+            shutil.copytree(directory, self.kept, symlinks=True)
+
+    def resume(self, cls, case: dict) -> dict:
+        if self.failed:
+            return self.failed
+        shutil.rmtree(self.directory, ignore_errors=True)
+        shutil.copytree(self.kept, self.directory, symlinks=True)
         if case["cut_off"]:
-            cut_off(directory, policy.before)
-        return run_on_ranks(after_rank, case["world_size"], cls, case, str(directory), timeout=LAUNCH_S)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+            apply_cut(self.directory, self.cut)
+        return run_on_ranks(after_rank, case["world_size"], cls, case, str(self.directory), timeout=LAUNCH_S)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+        shutil.rmtree(self.kept, ignore_errors=True)
+
+
+def run_scenario(cls, case: dict, killed: dict) -> dict:
+    """One scenario; ``killed`` keeps the killed runs (by what they were: ranks, kill step), so that scenarios
+    resuming from the same one share it."""
+    if case["memory"]:
+        directory = Path(tempfile.mkdtemp(prefix="checkpointer-"))
+        try:
+            found = run_on_ranks(before_rank, case["killed_on"], cls, case, str(directory), peaks=True,
+                                 timeout=LAUNCH_S)
+            return {**found, "disk_bytes": disk_bytes(directory)} if "ranks" in found else found
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+    key = (case["killed_on"], case["kill_after"], case["model_seed"], case["data_seed"])
+    if key not in killed:
+        directory = Path(tempfile.mkdtemp(prefix="checkpointer-"))
+        try:
+            killed[key] = KilledRun(cls, case, directory)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+    return killed[key].resume(cls, case)
 
 
 def preload() -> None:
@@ -270,7 +318,12 @@ def preload() -> None:
 
 def observe(fn, *, salt: int = 0) -> dict:
     preload()
-    return observation(salt, cases(salt), lambda case: run_scenario(fn, case))
+    killed = {}
+    try:
+        return observation(salt, cases(salt), lambda case: run_scenario(fn, case, killed))
+    finally:
+        for run in killed.values():
+            run.remove()
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
