@@ -3,7 +3,6 @@ publishing of a checkpoint, finding the newest complete one, and the arithmetic 
 
 The teaching happens in the notebook; these are the pieces it reuses and the elastic script imports.
 """
-import contextlib
 import math
 import os
 import random
@@ -16,20 +15,6 @@ from pathlib import Path
 import torch
 
 COMPLETE = ".metadata"  # torch.distributed.checkpoint writes this file last, after every rank's shards
-
-
-@contextlib.contextmanager
-def c_stderr_silenced():
-    """File descriptor 2 on /dev/null for a while: torch's C++ store client logs a timed-out ``get`` there, which a
-    notebook shows as red text (and nbgrader scores a cell that writes to stderr as 0)."""
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
 
 
 def rng_state() -> dict:

@@ -31,6 +31,8 @@ import time
 import traceback
 import warnings
 
+from coursekit.quiet import c_stderr_silenced
+
 from .define import DefinitionError, cell_line, define_function
 from .loopback import PrivateLoopback, store_socket
 from .meter import PEAK_SAMPLE_S, SAMPLE_S, Meter
@@ -148,22 +150,6 @@ def ask_gate(name: str, tensor) -> float | None:
     return float(answer)
 
 
-@contextlib.contextmanager
-def _stderr_closed(closed: bool):
-    """File descriptor 2 on /dev/null for a while (C++ warnings reach a notebook's stderr: a test cell scores 0)."""
-    if not closed:
-        yield
-        return
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
-
-
 def _join_group(rank: int, world_size: int, port: int, listener: socket.socket | None,
                 timeout: datetime.timedelta) -> None:
     """Rank 0's store listens on ``listener`` (made before the fork); the others connect to ``port``."""
@@ -213,7 +199,8 @@ def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeo
                           **({"MASTER_PORT": str(port)} if port else {}))
         args = [a.resolve() if isinstance(a, Deferred) else a for a in args]
         if port:
-            with _stderr_closed(loopback is not None):  # c10d: "cannot retrieve the hostname" (no DNS in there)
+            # c10d: "cannot retrieve the hostname" (no DNS in there)
+            with c_stderr_silenced() if loopback is not None else contextlib.nullcontext():
                 _join_group(rank, world_size, port, listener, datetime.timedelta(seconds=timeout))
         warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
         if quiet:

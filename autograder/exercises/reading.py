@@ -105,6 +105,20 @@ def close(a: list, b: list, *, atol: float, rtol: float = 0.0) -> bool:
     return True
 
 
+def relative_error(got, want) -> float:
+    """max |got − want| / max |want|; infinite when the lengths differ or a value is not finite."""
+    if not isinstance(got, list) or not isinstance(want, list) or len(got) != len(want) or not want:
+        return math.inf
+    worst = 0.0
+    for x, y in zip(got, want):
+        x = float(x)
+        if not math.isfinite(x):
+            return math.inf
+        worst = max(worst, abs(x - float(y)))
+    scale = max(abs(float(y)) for y in want)
+    return worst / scale if scale else worst
+
+
 def sketch_error(got, want) -> float:
     """How far two sketches (``observing.sketch``) of one tensor are apart, relative to the larger projection of
     ``want``; infinite when ``got`` is not a sketch of as many finite projections."""

@@ -1,25 +1,11 @@
 """The checks of ``FlashAttention``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import ScenarioError, case, parallel, scenario, sketch_error, what
+from ..reading import ScenarioError, case, parallel, relative_error, scenario, sketch_error, what
 from .cases import BF16_RTOL, EVIDENCE_RTOL, FP32_RTOL
 
 SDPA = ("Your FlashAttention calls torch's scaled_dot_product_attention, which does this exercise for you: compute "
         "the tiles, the online softmax and the backward yourself, as the lesson asks, to earn the points.")
-
-
-def relative_error(got, want) -> float:
-    """max |got − want| / max |want|; infinite when the lengths differ or a value is not finite."""
-    if not isinstance(got, list) or not isinstance(want, list) or len(got) != len(want) or not want:
-        return math.inf
-    worst = 0.0
-    for x, y in zip(got, want):
-        x = float(x)
-        if not math.isfinite(x):
-            return math.inf
-        worst = max(worst, abs(x - float(y)))
-    scale = max(abs(float(y)) for y in want)
-    return worst / scale if scale else worst
 
 
 def data_of(student: dict, reference: dict, key: str) -> dict:

@@ -10,7 +10,8 @@ import math
 
 from ..diagnosis import EVERY, Mistake, error_of, ran
 from ..localise import Locate
-from .checks import FP32_RTOL, relative_error
+from ..reading import relative_error
+from .checks import FP32_RTOL
 from .checks import _largest_saved as largest_saved
 
 

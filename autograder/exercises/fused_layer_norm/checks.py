@@ -1,26 +1,12 @@
 """The checks of ``FusedLayerNorm``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import case, parallel, scenario, what
+from ..reading import case, parallel, relative_error, scenario, what
 from .cases import BF16_RTOL, EVIDENCE_MIN_COS, FP32_RTOL, SENTINEL, STATS_RTOL
 
 KERNEL_SCENARIOS = ("forward", "backward", "short_rows", "bf16")
 WORDS = {"y": "y", "mean": "the mean", "rstd": "rstd", "dx": "dx", "dw": "the rows' shares of dw",
          "db": "the rows' shares of db"}
-
-
-def relative_error(got, want) -> float:
-    """max |got − want| / max |want|; infinite when the lengths differ or a value is not finite."""
-    if not isinstance(got, list) or not isinstance(want, list) or len(got) != len(want) or not want:
-        return math.inf
-    worst = 0.0
-    for x, y in zip(got, want):
-        x = float(x)
-        if not math.isfinite(x):
-            return math.inf
-        worst = max(worst, abs(x - float(y)))
-    scale = max(abs(float(y)) for y in want)
-    return worst / scale if scale else worst
 
 
 def values_problem(student, reference, key: str, names, rtol: float) -> str | None:

@@ -9,8 +9,9 @@ import math
 
 from ..diagnosis import EVERY, Mistake, ran
 from ..localise import Locate
+from ..reading import relative_error
 from .cases import FP32_RTOL, SENTINEL, STATS_RTOL
-from .checks import KERNEL_SCENARIOS, relative_error
+from .checks import KERNEL_SCENARIOS
 
 
 def _right(student, reference, key, *names, rtol=FP32_RTOL) -> bool:
