@@ -35,7 +35,7 @@ nbgrader: env
 	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/nbgrader $(ARGS)
 
 ## test: lint, check the generated files, run every test (about 35 min on 2 cores; the browser tests need chromium)
-## (most of them in TEST_PROCESSES processes side by side (tests/conftest.py keeps each file in one), then the
+## (most of them in TEST_PROCESSES processes side by side (tests/conftest.py: which tests share a process, the costliest first), then the
 ## `serial` ones alone, then the fast tier under the CPU kernels other machines pick: test-any-cpu)
 TEST_PROCESSES ?= 2
 test: env
