@@ -35,7 +35,7 @@ nbgrader: env
 	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/nbgrader $(ARGS)
 
 ## test: lint, check the generated files, run every test (about 35 min on 2 cores; the browser tests need chromium)
-## (most of them in TEST_PROCESSES processes side by side (tests/conftest.py keeps each file in one), then the
+## (most of them in TEST_PROCESSES processes side by side (tests/conftest.py: which tests share a process, the costliest first), then the
 ## `serial` ones alone, then the fast tier under the CPU kernels other machines pick: test-any-cpu)
 TEST_PROCESSES ?= 2
 test: env
@@ -51,9 +51,13 @@ test-any-cpu: env
 	$(PY) tests/any_cpu.py
 
 ## test-fast: the quick tests only (no whole-notebook runs, no browser)
+## (side by side in TEST_PROCESSES processes as in `make test`, then its few `serial` ones alone)
+FAST := not slow and not browser
 test-fast: env
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -m "not slow and not browser"
+	$(PY) -m pytest -n $(TEST_PROCESSES) -m "$(FAST) and not serial"; side_by_side=$$?; \
+	    $(PY) -m pytest -m "$(FAST) and serial"; alone=$$?; \
+	    [ $$side_by_side = 0 ] && [ $$alone = 0 ]
 
 ## notebooks: regenerate notebooks/ (student versions) and the shipped reference observations from solutions/
 notebooks: env

@@ -4,6 +4,7 @@ import json
 import os
 import pkgutil
 import sys
+from collections import OrderedDict
 from functools import cache
 from pathlib import Path
 
@@ -73,25 +74,62 @@ def variants_path() -> list[str]:
 
 # ---- running the suite in two processes (pytest-xdist, ``make test``) ---------------------------------------------
 
-# Files that share expensive session work run in one process: the cached observations above, the installed kit.
+# Files that share expensive session work run in one process: the cached observations above (those of one exercise:
+# test_variants scores the runs that test_diagnosis names the causes of), the installed kit.
 SHARED_WORK = {"test_variants": "observations", "test_diagnosis": "observations", "test_known_fails": "observations",
                "test_whole_evidence": "observations",
                "test_student_kit": "student-kit", "test_browser": "student-kit", "test_hub_k8s": "student-kit"}
+# Files whose tests share no module or session work (one nbgrader course, one notebook run each): each test is a unit
+# of its own, so that one file of minutes does not keep one process busy while the other waits.
+EACH_TEST_ALONE = {"test_nbgrader_lessons", "test_notebooks"}
+# The costliest units first (longest first: the other process takes the short ones meanwhile, and neither ends
+# minutes after the other); the rest follow by number of tests, as xdist orders them. Measured with --durations=0.
+COSTLIEST_FIRST = ("observations", "student-kit", "test_nbgrader_lessons", "test_nbgrader", "test_cli", "test_notebooks",
+                   "test_sharded_optimizer", "test_flight_recorder", "test_ring_attention", "test_average_gradients",
+                   "test_class_report", "test_checkpointer", "test_fingerprint", "test_tensor_parallel_mlp",
+                   "test_cluster", "test_expert_parallel_moe", "test_held_out", "test_gpu_evidence")
 
 
 def pytest_xdist_make_scheduler(config, log):
     """Each test file runs whole in one process (its module fixtures are built once), and the files of SHARED_WORK
-    in the same one. (xdist's own ``loadgroup`` cannot do it with this pytest: it renames test ids that pytest 9 no
-    longer reads.) The tests marked ``serial`` (fork bombs, CPU hogs, a full per-user quota, scans of every process
-    of a uid) run in ``make test``'s second pass, with the machine to themselves."""
+    in the same one (the observations one exercise at a time: a test elsewhere only observes again, in its own
+    process); the tests of EACH_TEST_ALONE are units of their own; the costliest units start first. (xdist's
+    own ``loadgroup`` cannot do it with this pytest: it renames test ids that pytest 9 no longer reads.) The tests
+    marked ``serial`` (fork bombs, CPU hogs, a full per-user quota, scans of every process of a uid) run after the
+    others, with the machine to themselves (``make test``, ``make test-fast``)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByFileAndSharedWork(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return SHARED_WORK.get(Path(path).stem, path)
+            return work_unit(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not getattr(self, "_costliest_first", False):  # the first assignment: the queue is complete
+                self._costliest_first = True
+                self.workqueue = work_order(self.workqueue)
+            super()._assign_work_unit(node)
 
     return ByFileAndSharedWork(config, log)
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit a test runs in: its SHARED_WORK name (the observations one exercise at a time: a test's id starts
+    with its exercise), its own id (EACH_TEST_ALONE) or its file."""
+    path, _, name = nodeid.partition("::")
+    stem = Path(path).stem
+    if stem in EACH_TEST_ALONE:
+        return nodeid
+    if SHARED_WORK.get(stem) == "observations":
+        exercise = name.partition("[")[2].split("-")[0].rstrip("]")
+        return f"observations:{exercise}" if exercise else "observations"
+    return SHARED_WORK.get(stem, path)
+
+
+def work_order(queue: dict) -> OrderedDict:
+    """xdist's queue of units (as work_unit names them) with COSTLIEST_FIRST's at the front, in its order."""
+    rank = {name: i for i, name in enumerate(COSTLIEST_FIRST)}
+    unit_name = lambda unit: Path(unit.split("::", 1)[0]).stem.split(":")[0]
+    return OrderedDict(sorted(queue.items(), key=lambda item: rank.get(unit_name(item[0]), len(rank))))
 
 
 @pytest.fixture(scope="session")
