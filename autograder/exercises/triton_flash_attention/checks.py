@@ -1,0 +1,110 @@
+"""The checks of ``TritonFlashAttention``: plain Python on the observations (no torch here)."""
+import math
+
+from ..reading import case, parallel, scenario, what
+from .cases import BF16_RTOL, EVIDENCE_MIN_COS, FP32_RTOL, GRAD_RTOL, SENTINEL, STATS_RTOL
+
+KERNEL_SCENARIOS = ("full", "causal", "causal_tiles", "bf16")
+WORDS = {"o": "o", "L": "L", "dq": "dq", "dk": "dk", "dv": "dv"}
+
+
+def relative_error(got, want) -> float:
+    """max |got − want| / max |want|; infinite when the lengths differ or a value is not finite."""
+    if not isinstance(got, list) or not isinstance(want, list) or len(got) != len(want) or not want:
+        return math.inf
+    worst = 0.0
+    for x, y in zip(got, want):
+        x = float(x)
+        if not math.isfinite(x):
+            return math.inf
+        worst = max(worst, abs(x - float(y)))
+    scale = max(abs(float(y)) for y in want)
+    return worst / scale if scale else worst
+
+
+def values_problem(student, reference, key: str, names, rtol: float) -> str | None:
+    """The first of ``names`` that is off by more than ``rtol`` in the scenario, in words (no fix)."""
+    got, want = scenario(student, key, what(reference, key)), reference["scenarios"][key]["truth"]
+    for name in names:
+        if isinstance(got.get(name), list) and SENTINEL in got[name]:
+            return (f"When {what(reference, key)}, {WORDS[name]} was not written everywhere (the grader's marker "
+                    "is still there)")
+        error = relative_error(got.get(name), want[name])
+        if error > rtol:
+            how = ("holds NaN or inf" if error == math.inf else
+                   f"is off by {error:.1e} relative to its largest value, more than the {rtol:.0e} allowed")
+            return f"When {what(reference, key)}, {WORDS[name]} {how}"
+    return None
+
+
+def advice(problem: str | None, hint: str) -> str | None:
+    return None if problem is None else f"{problem}: {hint}"
+
+
+def check_full(student, reference):
+    return advice(values_problem(student, reference, "full", ("o", "L"), FP32_RTOL),
+                  "walk the key tiles with a running maximum m and sum ℓ per query row, rescale ℓ and the output "
+                  "by exp(m_old − m_new) whenever m grows, and store o = acc / ℓ and L = m + log ℓ.")
+
+
+def check_causal(student, reference):
+    return advice(values_problem(student, reference, "causal", ("o", "L"), FP32_RTOL),
+                  "query row i sees keys 0..i, its own position included: set the scores of keys j > i to −inf "
+                  "in the diagonal tile, and walk the key tiles only up to the end of the query tile.")
+
+
+def check_tiles(student, reference):
+    return advice(values_problem(student, reference, "causal_tiles", ("o", "L"), FP32_RTOL),
+                  "with CAUSAL the loop over key tiles must stop after the tile that holds the query tile's last "
+                  "row: the tiles after it hold no key any query of the tile may see, so they are never loaded.")
+
+
+def check_masks(student, reference):
+    for key in KERNEL_SCENARIOS:
+        got = scenario(student, key, what(reference, key))
+        outside = [name for name, intact in got["guards"].items() if not intact]
+        if outside:
+            return (f"When {what(reference, key)}, your kernel wrote outside the tensors ({', '.join(outside)}): "
+                    "mask the stores of o and L with rows < n.")
+    for key in ("full", "bf16"):
+        got = scenario(student, key, what(reference, key))
+        if any(not math.isfinite(float(v)) for name in ("o", "L") for v in got[name]):
+            return (f"When {what(reference, key)}, o or L holds NaN where the truth is finite: the grader puts NaN "
+                    "past the end of q, k and v, so a load read past row n − 1: mask the loads of the last query and "
+                    "key tiles with < n (other=0.0) and the scores of keys ≥ n with −inf.")
+    return None
+
+
+def check_bf16(student, reference):
+    problem = values_problem(student, reference, "bf16", ("L",), STATS_RTOL)
+    if problem:
+        return (f"{problem}: load q, k and v with .to(tl.float32) and keep m, ℓ, the accumulator and L in float32, as "
+                "the exercise states (Triton's interpreter, which grades, gets tl.dot of bfloat16 tiles wrong).")
+    return advice(values_problem(student, reference, "bf16", ("o",), BF16_RTOL),
+                  "compute in float32 and cast only the stored o to the output's dtype (.to(o_ptr.dtype.element_ty)).")
+
+
+def check_function(student, reference):
+    c = case(reference, "function")
+    problem = values_problem(student, reference, "function", ("o",), FP32_RTOL)
+    if problem:
+        return (f"{problem}: view q, k, v {tuple(c['shape'])} as (batch·heads, n, d) contiguous tensors and launch "
+                "the grid (cdiv(n, BLOCK_M), batch·heads) with CAUSAL from the call.")
+    return advice(values_problem(student, reference, "function", ("dq", "dk", "dv"), GRAD_RTOL),
+                  "save q, k, v, o and L; in backward recompute P = exp(q kᵀ·scale − L) (causal mask included), then "
+                  "dv = Pᵀ do, dS = P ⊙ (do vᵀ − rowsum(do ⊙ o)), dq = dS k·scale, dk = dSᵀ q·scale.")
+
+
+def kernel_ran(got: dict, want: dict) -> str | None:
+    """The evidence for the mask check: o of the first query tile (its first 16 rows, of the first batch·head)
+    points where the truth does, which only a kernel that really attended over the grader's seeded q, k, v shows
+    (a kernel that does nothing leaves the grader's marker). The last tiles are left out: a missing mask spoils
+    them, and that is the check's own verdict."""
+    c = want["case"]
+    first = 16 * c["d"]
+    mine, truth = got.get("o"), want["truth"]["o"]
+    if isinstance(mine, list) and len(mine) == len(truth) and SENTINEL not in mine[:first] and \
+            all(math.isfinite(float(x)) for x in mine[:first]) and \
+            parallel(mine[:first], truth[:first], min_cos=EVIDENCE_MIN_COS):
+        return None
+    return f"when {c['what']}, o is not attention's, even in the first query tile."
