@@ -22,7 +22,7 @@ SCENARIOS = {
     "causal": ("kernel", True, "float32", {"heads": 2, "n": 45, "block_m": 32, "block_n": 16}),
     "causal_tiles": ("tiles", True, "float32", {"heads": 1, "n": 45, "block_m": 16, "block_n": 16}),
     "bf16": ("kernel", False, "bfloat16", {"heads": 2, "n": 37, "block_m": 16, "block_n": 32}),
-    "function": ("function", True, "float32", {"shape": [2, 2, 37, HEAD_DIM]}),
+    "function": ("function", True, "float32", {"shape": [1, 2, 37, HEAD_DIM]}),
 }
 
 
@@ -30,14 +30,12 @@ def describe(launch: str, causal: bool, dtype: str, sizes: dict) -> str:
     """The scenario in words that finish "... when ...", with its sizes (held-out ones included)."""
     mode = "causal" if causal else "non-causal"
     if launch == "function":
-        return (f"TritonFlashAttention.apply(q, k, v, causal=True) was called on {dtype} q, k, v of shape "
-                f"{tuple(sizes['shape'])}, then backward")
+        return f"TritonFlashAttention.apply(q, k, v, True) ran on {dtype} {tuple(sizes['shape'])} inputs, then backward"
     blocks = f"BLOCK_M={sizes['block_m']}, BLOCK_N={sizes['block_n']}"
     if launch == "tiles":
-        return (f"the grader launched your {mode} kernel with {blocks} once per query tile of n={sizes['n']}, "
-                "keys past that tile's diagonal key tile holding NaN")
-    return (f"the grader launched your {mode} kernel with {blocks} on {sizes['heads']} batch·heads of n={sizes['n']} "
-            f"{dtype} queries of d={HEAD_DIM}")
+        return (f"the grader launched your {mode} kernel ({blocks}) once per query tile of n={sizes['n']}, with NaN "
+                "in the keys after that tile")
+    return f"the grader launched your {mode} kernel ({blocks}) on {sizes['heads']}×{sizes['n']} {dtype} rows"
 
 
 def _not_multiple(rng, low: int, high: int, *blocks: int) -> int:
@@ -55,7 +53,7 @@ def held_out_sizes(name: str, salt: int) -> dict:
         return {"heads": 1, "n": _not_multiple(rng, 34, 47, 16), "block_m": 16, "block_n": 16}
     if name == "bf16":
         return {"heads": 2, "n": _not_multiple(rng, 33, 47, 16, 32), "block_m": 16, "block_n": 32}
-    return {"shape": [2, 2, _not_multiple(rng, 33, 47, 16), HEAD_DIM]}
+    return {"shape": [1, 2, _not_multiple(rng, 33, 47, 16), HEAD_DIM]}
 
 
 def cases(salt: int) -> dict[str, dict]:

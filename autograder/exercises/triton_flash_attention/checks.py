@@ -43,20 +43,19 @@ def advice(problem: str | None, hint: str) -> str | None:
 
 def check_full(student, reference):
     return advice(values_problem(student, reference, "full", ("o", "L"), FP32_RTOL),
-                  "walk the key tiles with a running maximum m and sum ℓ per query row, rescale ℓ and the output "
-                  "by exp(m_old − m_new) whenever m grows, and store o = acc / ℓ and L = m + log ℓ.")
+                  "keep a running maximum m and sum ℓ per query row over the key tiles, rescale ℓ and the output by "
+                  "exp(m_old − m_new) when m grows, store o = acc / ℓ and L = m + log ℓ.")
 
 
 def check_causal(student, reference):
     return advice(values_problem(student, reference, "causal", ("o", "L"), FP32_RTOL),
-                  "query row i sees keys 0..i, its own position included: set the scores of keys j > i to −inf "
-                  "in the diagonal tile, and walk the key tiles only up to the end of the query tile.")
+                  "query row i sees keys 0..i, itself included: scores of keys j > i at −inf.")
 
 
 def check_tiles(student, reference):
     return advice(values_problem(student, reference, "causal_tiles", ("o", "L"), FP32_RTOL),
-                  "with CAUSAL the loop over key tiles must stop after the tile that holds the query tile's last "
-                  "row: the tiles after it hold no key any query of the tile may see, so they are never loaded.")
+                  "with CAUSAL, stop the loop over key tiles after the one that holds the query tile's last row: "
+                  "no query of the tile sees a key after it.")
 
 
 def check_masks(student, reference):
@@ -69,17 +68,17 @@ def check_masks(student, reference):
     for key in ("full", "bf16"):
         got = scenario(student, key, what(reference, key))
         if any(not math.isfinite(float(v)) for name in ("o", "L") for v in got[name]):
-            return (f"When {what(reference, key)}, o or L holds NaN where the truth is finite: the grader puts NaN "
-                    "past the end of q, k and v, so a load read past row n − 1: mask the loads of the last query and "
-                    "key tiles with < n (other=0.0) and the scores of keys ≥ n with −inf.")
+            return (f"When {what(reference, key)}, o or L holds NaN: the grader puts NaN past the end of q, k and v, "
+                    "so a load read past row n − 1: mask the loads of the last tiles with < n (other=0.0) and the "
+                    "scores of keys ≥ n with −inf.")
     return None
 
 
 def check_bf16(student, reference):
     problem = values_problem(student, reference, "bf16", ("L",), STATS_RTOL)
     if problem:
-        return (f"{problem}: load q, k and v with .to(tl.float32) and keep m, ℓ, the accumulator and L in float32, as "
-                "the exercise states (Triton's interpreter, which grades, gets tl.dot of bfloat16 tiles wrong).")
+        return (f"{problem}: load q, k and v with .to(tl.float32) and keep m, ℓ and L in float32, as the exercise "
+                "states (the grader's interpreter gets tl.dot of bfloat16 tiles wrong).")
     return advice(values_problem(student, reference, "bf16", ("o",), BF16_RTOL),
                   "compute in float32 and cast only the stored o to the output's dtype (.to(o_ptr.dtype.element_ty)).")
 
@@ -88,11 +87,11 @@ def check_function(student, reference):
     c = case(reference, "function")
     problem = values_problem(student, reference, "function", ("o",), FP32_RTOL)
     if problem:
-        return (f"{problem}: view q, k, v {tuple(c['shape'])} as (batch·heads, n, d) contiguous tensors and launch "
-                "the grid (cdiv(n, BLOCK_M), batch·heads) with CAUSAL from the call.")
+        return (f"{problem}: view q, k, v {tuple(c['shape'])} as contiguous (batch·heads, n, d) and launch the grid "
+                "(cdiv(n, BLOCK_M), batch·heads) with the call's CAUSAL.")
     return advice(values_problem(student, reference, "function", ("dq", "dk", "dv"), GRAD_RTOL),
-                  "save q, k, v, o and L; in backward recompute P = exp(q kᵀ·scale − L) (causal mask included), then "
-                  "dv = Pᵀ do, dS = P ⊙ (do vᵀ − rowsum(do ⊙ o)), dq = dS k·scale, dk = dSᵀ q·scale.")
+                  "recompute P = exp(q kᵀ·scale − L) (causal mask included); dv = Pᵀ do, dS = P ⊙ (do vᵀ − "
+                  "rowsum(do ⊙ o)), dq = dS k·scale, dk = dSᵀ q·scale.")
 
 
 def kernel_ran(got: dict, want: dict) -> str | None:
