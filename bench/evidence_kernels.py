@@ -69,6 +69,7 @@ def lesson10_kernels(plan: Plan) -> dict:
     return {"rows": rows,
             "setup": "the lesson's kernels (solutions/lesson10), compiled by Triton; RMSNorm forward + backward "
                      "through its autograd Function vs the same formula as PyTorch operators and F.rms_norm; the "
-                     "FlashAttention-2 forward kernel (64 × 32 tiles, through its autograd Function) vs SDPA's forward; median of the repeats",
+                     "FlashAttention-2 forward kernel (64 × 32 tiles, through its autograd Function) vs SDPA's "
+                     "forward; median of the repeats",
             "notes": "least bytes = what any RMSNorm forward + backward must move (x twice, y, dy, dx); TFLOP/s "
                      "counts 4·heads·n²·d/2 for causal attention"}

@@ -94,16 +94,28 @@ def check_function(student, reference):
                   "rowsum(do ⊙ o)), dq = dS k·scale, dk = dSᵀ q·scale.")
 
 
+def _centred(values: list) -> list[float]:
+    mean = sum(float(v) for v in values) / len(values)
+    return [float(v) - mean for v in values]
+
+
 def kernel_ran(got: dict, want: dict) -> str | None:
-    """The evidence for the mask check: o of the first query tile (its first 16 rows, of the first batch·head)
-    points where the truth does, which only a kernel that really attended over the grader's seeded q, k, v shows
-    (a kernel that does nothing leaves the grader's marker). The last tiles are left out: a missing mask spoils
-    them, and that is the check's own verdict."""
+    """The evidence for the mask check: in the first query tile (16 rows of the first batch·head), o points where
+    the truth does, or L does once each is centred (a constant L is not evidence), which only a kernel that really
+    attended over the grader's seeded q, k, v shows (one that does nothing leaves the grader's marker). Either is
+    enough, so that a mistake in o alone or in L alone costs its own checks, not this one. The last tiles are left
+    out: a missing mask spoils them, and that is the check's own verdict."""
     c = want["case"]
-    first = 16 * c["d"]
-    mine, truth = got.get("o"), want["truth"]["o"]
-    if isinstance(mine, list) and len(mine) == len(truth) and SENTINEL not in mine[:first] and \
-            all(math.isfinite(float(x)) for x in mine[:first]) and \
-            parallel(mine[:first], truth[:first], min_cos=EVIDENCE_MIN_COS):
-        return None
-    return f"when {c['what']}, o is not attention's, even in the first query tile."
+    rows = 16
+    for name, width in (("o", c["d"]), ("L", 1)):
+        mine, truth = got.get(name), want["truth"][name]
+        if not isinstance(mine, list) or len(mine) != len(truth) or SENTINEL in mine[:rows * width]:
+            continue
+        mine, truth = mine[:rows * width], truth[:rows * width]
+        if not all(math.isfinite(float(x)) for x in mine):
+            continue
+        if name == "L":
+            mine, truth = _centred(mine), _centred(truth)
+        if parallel(mine, truth, min_cos=EVIDENCE_MIN_COS):
+            return None
+    return f"when {c['what']}, neither o nor L is attention's, even in the first query tile."

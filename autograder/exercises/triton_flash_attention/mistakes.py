@@ -102,15 +102,13 @@ MISTAKES = [
             "What the output summed under an old maximum m is scaled by exp(−m); once m grows, that part must be "
             "multiplied by exp(m_old − m_new) like ℓ, or it counts too much.",
             "Multiply the accumulator by the same factor as ℓ before adding the new tile's P·V.",
-            no_rescale_of_the_output, explains=("Non-causal", "Causal", "bfloat16", "The autograd Function")),
+            no_rescale_of_the_output),
     Mistake("L_without_the_max", "Your kernel stores log ℓ as L, without the running maximum.",
             "ℓ sums exp(s − m): the log-sum-exp of the row is m + log ℓ, and the backward recomputes P = exp(s − L).",
-            "Store L = m + log ℓ.", L_without_the_max,
-            explains=("Non-causal", "Causal", "bfloat16", "The autograd Function")),
+            "Store L = m + log ℓ.", L_without_the_max),
     Mistake("causal_mask_off_by_one", "Your causal mask hides the diagonal: query i sees keys 0..i − 1.",
             "A query attends to its own position; without it the first query sees no key at all (NaN).",
-            "Keep the keys j ≤ i (j <= i, not j < i).", causal_mask_off_by_one,
-            explains=("Causal", "The autograd Function")),
+            "Keep the keys j ≤ i (j <= i, not j < i).", causal_mask_off_by_one),
     Mistake("no_mask_on_the_last_tile", "Some loads or stores of your kernel have no mask.",
             "When n is not a multiple of the block, the last query or key tile runs past the end: the kernel reads "
             "the next batch·head or memory that is no tensor's, and writes there.",
@@ -118,8 +116,7 @@ MISTAKES = [
             "with −inf.", no_mask_on_the_last_tile, variants=("no_mask_on_the_last_key_tile",)),
     Mistake("scale_applied_twice", "Your kernel applies the scale 1/√d twice.",
             "softmax(q kᵀ/√d) scales each score once; twice makes the softmax flatter and L wrong.",
-            "Multiply either q or the scores by scale, once.", scale_applied_twice,
-            explains=("Non-causal", "Causal", "bfloat16", "The autograd Function")),
+            "Multiply either q or the scores by scale, once.", scale_applied_twice),
     Mistake("causal_tiles_not_skipped", "Your causal kernel loads every key tile and only masks the scores.",
             "The key tiles after the diagonal hold no key a query of the tile may see: loading and multiplying "
             "them doubles the work of a causal kernel for the same values.",
