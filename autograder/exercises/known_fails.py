@@ -4440,30 +4440,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
             ),
         },
-        'L_without_the_max': {
+        'logsumexp_without_the_max': {
             'always': (
                 "Causal tiles: no key tile after the diagonal is loaded (the grader's NaN there)",
                 'Causal: each query attends to the keys up to its own position, the diagonal included',
                 'Non-causal: o and L of every query row (float32, n not a multiple of BLOCK_M or BLOCK_N)',
                 'The autograd Function: o, dq, dk and dv of a causal (batch, heads, n, d) call',
                 'bfloat16 inputs: L in float32, o within bf16 round-off',
-            ),
-            'certain': (
-                'L',
-                'dk',
-                'dq',
-                'dv',
-            ),
-            'certain_places': (
-                'L @ bf16',
-                'L @ causal',
-                'L @ causal_tiles',
-                'L @ full',
-                'dk @ function',
-                'dq @ function',
-                'dv @ function',
-            ),
-            'right_parts': (
             ),
             'may': (
                 "Causal tiles: no key tile after the diagonal is loaded (the grader's NaN there)",
@@ -4494,6 +4477,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dv @ function',
             ),
             'sizes': (
+            ),
+            'certain': (
+                'L',
+                'dk',
+                'dq',
+                'dv',
+            ),
+            'certain_places': (
+                'L @ bf16',
+                'L @ causal',
+                'L @ causal_tiles',
+                'L @ full',
+                'dk @ function',
+                'dq @ function',
+                'dv @ function',
+            ),
+            'right_parts': (
             ),
         },
         'causal_mask_off_by_one': {

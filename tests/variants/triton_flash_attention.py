@@ -220,7 +220,7 @@ WRONG = {
     "no_rescale_of_the_output": (edit(REFERENCE, ("acc = acc * alpha[:, None] + tl.dot(p, v)",
                                                   "acc = acc + tl.dot(p, v)")),
                                  ["Non-causal", "Causal:"]),
-    "L_without_the_max": (edit(REFERENCE, ("m + tl.log(row_sum), mask=rows < n)", "tl.log(row_sum), mask=rows < n)")),
+    "logsumexp_without_the_max": (edit(REFERENCE, ("m + tl.log(row_sum), mask=rows < n)", "tl.log(row_sum), mask=rows < n)")),
                           ["Non-causal", "Causal:", "The autograd Function"]),
     "causal_mask_off_by_one": (edit(REFERENCE, ("keys[None, :] <= rows[:, None]", "keys[None, :] < rows[:, None]")),
                                ["Causal:", "The autograd Function"]),

@@ -32,7 +32,7 @@ def no_rescale_of_the_output(student, reference):
     return None
 
 
-def L_without_the_max(student, reference):
+def logsumexp_without_the_max(student, reference):
     if _right(student, reference, "full", "o") and not _right(student, reference, "full", "L") and \
             relative_error(ran(student, "full")["L"], _alternative(reference, "full", "L_without_max")) <= MATCH:
         return "o is right and L equals log ℓ, the log-sum-exp less each row's maximum"
@@ -103,9 +103,9 @@ MISTAKES = [
             "multiplied by exp(m_old − m_new) like ℓ, or it counts too much.",
             "Multiply the accumulator by the same factor as ℓ before adding the new tile's P·V.",
             no_rescale_of_the_output),
-    Mistake("L_without_the_max", "Your kernel stores log ℓ as L, without the running maximum.",
+    Mistake("logsumexp_without_the_max", "Your kernel stores log ℓ as L, without the running maximum.",
             "ℓ sums exp(s − m): the log-sum-exp of the row is m + log ℓ, and the backward recomputes P = exp(s − L).",
-            "Store L = m + log ℓ.", L_without_the_max),
+            "Store L = m + log ℓ.", logsumexp_without_the_max),
     Mistake("causal_mask_off_by_one", "Your causal mask hides the diagonal: query i sees keys 0..i − 1.",
             "A query attends to its own position; without it the first query sees no key at all (NaN).",
             "Keep the keys j ≤ i (j <= i, not j < i).", causal_mask_off_by_one),
