@@ -53,7 +53,7 @@ def _kernel_rows(rank, world_size, norm_shape, attention_shape, repeat):
     heads, n, d = attention_shape
     q, k, v = (torch.randn(1, heads, n, d, device=device, dtype=torch.bfloat16) for _ in range(3))
     flops = 4 * heads * n * n * d / 2  # causal: half of q kᵀ and P v
-    attentions = {"Triton forward (lesson)": lambda: kernels["flash_forward"](q, k, v, True),
+    attentions = {"Triton forward (lesson)": lambda: kernels["TritonFlashAttention"].apply(q, k, v, True),
                   "SDPA forward": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)}
     for name, attend in attentions.items():
         seconds = time_call(attend, repeat=repeat, device=device)
@@ -69,6 +69,7 @@ def lesson10_kernels(plan: Plan) -> dict:
     return {"rows": rows,
             "setup": "the lesson's kernels (solutions/lesson10), compiled by Triton; RMSNorm forward + backward "
                      "through its autograd Function vs the same formula as PyTorch operators and F.rms_norm; the "
-                     "FlashAttention-2 forward kernel (32 × 32 tiles) vs SDPA's forward; median of the repeats",
+                     "FlashAttention-2 forward kernel (64 × 32 tiles, through its autograd Function) vs SDPA's "
+                     "forward; median of the repeats",
             "notes": "least bytes = what any RMSNorm forward + backward must move (x twice, y, dy, dx); TFLOP/s "
                      "counts 4·heads·n²·d/2 for causal attention"}

@@ -42,6 +42,8 @@ DIFFICULTY = {  # graded exercise → (factor, why)
     "Checkpointer": (1.5, "sharded state dicts through DCP, and what a kill leaves on disk"),
     "FusedLayerNorm": (1.5, "two Triton kernels over a row in chunks and masks, modelled on the lesson's RMSNorm"),
     "FlightRecorder": (1, "check-ins in a key-value store, read with a deadline"),
+    "TritonFlashAttention": (2, "an online softmax over key tiles as one Triton kernel, masks and causal tiles skipped, "
+                             "after Lesson 7's PyTorch tiles"),
 }
 # how a lesson states it under its title: the total, then each graded exercise's share
 STATED = re.compile(r"study time about (\d+(?:\.5)?) (minutes|min|h)\b(?: \(graded: [^)]*\))?")

@@ -103,6 +103,7 @@ ANSWERS = {
     # Lesson 10
     "my_add_bytes": r"12,?000 bytes|3 ?× ?1000 ?× ?4",
     "my_fused_extra_bytes": r"\b256 bytes|64 ?× ?4 bytes",
+    "my_alpha": r"0\.135|e\^\{?[−-]2\}?|exp\([−-]2\)",
     "my_causal_tiles": r"1 ?\+ ?2 ?\+ ?3 ?\+ ?4",
     "my_dx_row_sum": r"(sums?|adds? up) to (zero|0)\b",
     "my_unfused_over_fused": MEASURED,  # depends on how PyTorch's backward splits into operators
