@@ -31,7 +31,7 @@ EVERYTHING = {"coursekit", *MAY_IMPORT}
 MAY_IMPORT |= {"bench": EVERYTHING, "hub": EVERYTHING}
 # The observing side of the exercises: what runs next to the student's code and may import torch.
 OBSERVING = {"autograder.exercises.observing", "autograder.exercises.ranks", "autograder.exercises.define",
-             "autograder.exercises.gating"}
+             "autograder.exercises.gating", "autograder.exercises.kernel_launch"}
 HEAVY = {"torch", "numpy", "coursekit"}
 
 

@@ -119,6 +119,27 @@ def relative_error(got, want) -> float:
     return worst / scale if scale else worst
 
 
+def guarded_values_problem(student, reference, key: str, names, rtol: float, *, words: dict, sentinel: float) -> str | None:
+    """The first of ``names`` that is off by more than ``rtol`` in a scenario whose outputs the grader filled with
+    ``sentinel`` before a kernel wrote them (``kernel_launch.GuardedBuffer``), in ``words`` (no fix)."""
+    got, want = scenario(student, key, what(reference, key)), reference["scenarios"][key]["truth"]
+    for name in names:
+        if isinstance(got.get(name), list) and sentinel in got[name]:
+            return (f"When {what(reference, key)}, {words[name]} was not written everywhere (the grader's marker "
+                    "is still there)")
+        error = relative_error(got.get(name), want[name])
+        if error > rtol:
+            how = ("holds NaN or inf" if error == math.inf else
+                   f"is off by {error:.1e} relative to its largest value, more than the {rtol:.0e} allowed")
+            return f"When {what(reference, key)}, {words[name]} {how}"
+    return None
+
+
+def advice(problem: str | None, hint: str) -> str | None:
+    """A problem found, followed by what to look at."""
+    return None if problem is None else f"{problem}: {hint}"
+
+
 def sketch_error(got, want) -> float:
     """How far two sketches (``observing.sketch``) of one tensor are apart, relative to the larger projection of
     ``want``; infinite when ``got`` is not a sketch of as many finite projections."""

@@ -1,7 +1,8 @@
 """The checks of ``FusedLayerNorm``: plain Python on the observations (no torch here)."""
 import math
+from functools import partial
 
-from ..reading import case, parallel, relative_error, scenario, what
+from ..reading import advice, case, guarded_values_problem, parallel, scenario, what
 from .cases import BF16_RTOL, EVIDENCE_MIN_COS, FP32_RTOL, SENTINEL, STATS_RTOL
 
 KERNEL_SCENARIOS = ("forward", "backward", "short_rows", "bf16")
@@ -9,23 +10,7 @@ WORDS = {"y": "y", "mean": "the mean", "rstd": "rstd", "dx": "dx", "dw": "the ro
          "db": "the rows' shares of db"}
 
 
-def values_problem(student, reference, key: str, names, rtol: float) -> str | None:
-    """The first of ``names`` that is off by more than ``rtol`` in the scenario, in words (no fix)."""
-    got, want = scenario(student, key, what(reference, key)), reference["scenarios"][key]["truth"]
-    for name in names:
-        if isinstance(got.get(name), list) and SENTINEL in got[name]:
-            return (f"When {what(reference, key)}, {WORDS[name]} was not written everywhere (the grader's marker "
-                    "is still there)")
-        error = relative_error(got.get(name), want[name])
-        if error > rtol:
-            how = ("holds NaN or inf" if error == math.inf else
-                   f"is off by {error:.1e} relative to its largest value, more than the {rtol:.0e} allowed")
-            return f"When {what(reference, key)}, {WORDS[name]} {how}"
-    return None
-
-
-def advice(problem: str | None, hint: str) -> str | None:
-    return None if problem is None else f"{problem}: {hint}"
+values_problem = partial(guarded_values_problem, words=WORDS, sentinel=SENTINEL)
 
 
 def check_forward(student, reference):

@@ -1,23 +1,18 @@
 """Observing ``FusedLayerNorm``: the grader launches the student's kernels itself, and calls their Function.
 
-Every scenario runs in a process of its own (``ranks.run_alone``): a kernel that writes past a buffer the student's
-Function allocated may corrupt that process's heap, which then costs only its scenario. Kernels always run in
-Triton's interpreter on the CPU (``coursekit.kernels.interpreted``), whether the student's notebook compiled them
-for a GPU or not, so the same launch gives the same values on every machine.
+How the grader launches them (guarded buffers, a process per scenario, the interpreter): ``kernel_launch``.
 """
-from contextlib import contextmanager
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
+from ..kernel_launch import GuardedBuffer, alone, compact, student_kernels, students_own_errors
 from ..observing import observation
-from ..ranks import run_on_ranks
-from ..reading import ABORTED, DEADLOCK
 from .cases import EPS, GUARD, SENTINEL, cases
 
 FORWARD, BACKWARD = "layer_norm_fwd_kernel", "layer_norm_bwd_kernel"  # the names the exercise fixes
-TIMEOUT_S = 30.0  # a correct scenario takes well under a second in the interpreter
-CRASHED = "the process crashed, its memory corrupted (as by a tl.store past the end of a tensor)"
+Guarded = partial(GuardedBuffer, guard=GUARD, sentinel=SENTINEL)  # this exercise's guard sizes
 
 
 def make_inputs(case: dict) -> dict:
@@ -32,57 +27,11 @@ def make_inputs(case: dict) -> dict:
     return {name: t.to(dtype) for name, t in (("x", x), ("w", w), ("b", b), ("dy", dy))}
 
 
-def compact(t: torch.Tensor) -> list[float]:
-    """A tensor as a flat list of floats with 6 significant digits (NaN and inf kept)."""
-    return [float(f"{v:.6g}") for v in t.detach().double().flatten().tolist()]
-
-
-class Guarded:
-    """A tensor in the middle of a larger buffer: GUARD elements on each side hold NaN (an input: a read past the
-    end pollutes the result) or SENTINEL (an output, filled with it too: an element never written shows)."""
-
-    def __init__(self, value: torch.Tensor, *, output: bool = False):
-        n = value.numel()
-        self.buffer = torch.full((2 * GUARD + n,), SENTINEL if output else float("nan"), dtype=value.dtype)
-        self.tensor = self.buffer[GUARD:GUARD + n].view(value.shape)
-        self.tensor.copy_(torch.full_like(value, SENTINEL) if output else value)
-        self.output = output
-
-    def intact(self) -> bool:
-        outside = torch.cat([self.buffer[:GUARD], self.buffer[-GUARD:]])
-        return bool((outside == SENTINEL).all() if self.output else outside.isnan().all())
-
-
 def statistics(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's mean and 1/sqrt(variance + eps), in float64 (the biased variance, as LayerNorm's)."""
     x = x.double()
     mean = x.mean(-1)
     return mean, (x.var(-1, unbiased=False) + EPS).rsqrt()
-
-
-def kernels_of(cls) -> dict:
-    """The student's two kernels, from the namespace their Function was defined in, as interpreted kernels."""
-    from coursekit.kernels import interpreted
-
-    namespace = getattr(getattr(cls, "forward", None), "__globals__", None) or {}
-    found = {}
-    for name in (FORWARD, BACKWARD):
-        if not hasattr(namespace.get(name), "fn"):
-            raise NameError(f"no @triton.jit kernel named {name} next to FusedLayerNorm")
-        found[name] = interpreted(namespace[name])
-    return found
-
-
-@contextmanager
-def students_own_errors():
-    """Triton's interpreter wraps an exception raised inside a kernel in its InterpreterError: re-raise the
-    student's own (the blank kernel's NotImplementedError, an IndexError...), so that the feedback names it."""
-    try:
-        yield
-    except Exception as exc:
-        if type(exc).__name__ == "InterpreterError" and isinstance(exc.__cause__, Exception):
-            raise exc.__cause__ from None
-        raise
 
 
 def launch_forward(kernel, inputs: dict, case: dict) -> dict:
@@ -129,7 +78,7 @@ def call_function(cls, inputs: dict, kernels: dict) -> dict:
 
 def run_problem(rank: int, world_size: int, cls, case: dict) -> dict:
     """One scenario, in a process of its own."""
-    kernels, inputs = kernels_of(cls), make_inputs(case)
+    kernels, inputs = student_kernels(cls, (FORWARD, BACKWARD)), make_inputs(case)
     if case["launch"] == "function":
         with students_own_errors():
             return call_function(cls, inputs, kernels)
@@ -143,28 +92,8 @@ def run_problem(rank: int, world_size: int, cls, case: dict) -> dict:
     return found
 
 
-def crash_words(error: str) -> str:
-    """The launcher's error for a process that did not finish, in this exercise's words."""
-    if error == ABORTED:
-        return f"SIGABRT: {CRASHED}"
-    if error == DEADLOCK:
-        return f"TimeoutError: it ran longer than the grader's {TIMEOUT_S:.0f} s (an endless loop?)"
-    if "died without a result" in error:
-        return f"{error.partition('(signal ')[2].rstrip(')') or 'a signal'}: {CRASHED}"
-    return error
-
-
-def alone(fn, case: dict) -> dict:
-    """One scenario in a process of its own (``ranks.run_alone``), quiet: a heap a missing mask corrupted makes
-    glibc abort with a message on stderr, which would cost a notebook's test cell its score."""
-    found = run_on_ranks(run_problem, 1, fn, case, timeout=TIMEOUT_S, group=False, quiet=True)
-    if "error" in found:  # the launcher's words are a rank's (gloo, collectives): this process has none
-        return {"error": crash_words(str(found["error"]))}
-    return {**found["ranks"][0], "meter": found["meter"]}
-
-
 def observe(fn, *, salt: int = 0) -> dict:
-    return observation(salt, cases(salt), lambda case: alone(fn, case))
+    return observation(salt, cases(salt), lambda case: alone(run_problem, fn, case))
 
 
 def truth(case: dict) -> dict:

@@ -1,44 +1,15 @@
 """The checks of ``TritonFlashAttention``: plain Python on the observations (no torch here)."""
 import math
+from functools import partial
 
-from ..reading import case, parallel, scenario, what
+from ..reading import advice, case, guarded_values_problem, parallel, scenario, what
 from .cases import BF16_RTOL, EVIDENCE_MIN_COS, FP32_RTOL, GRAD_RTOL, SENTINEL, STATS_RTOL
 
 KERNEL_SCENARIOS = ("full", "causal", "causal_tiles", "bf16")
 WORDS = {"o": "o", "L": "L", "dq": "dq", "dk": "dk", "dv": "dv"}
 
 
-def relative_error(got, want) -> float:
-    """max |got − want| / max |want|; infinite when the lengths differ or a value is not finite."""
-    if not isinstance(got, list) or not isinstance(want, list) or len(got) != len(want) or not want:
-        return math.inf
-    worst = 0.0
-    for x, y in zip(got, want):
-        x = float(x)
-        if not math.isfinite(x):
-            return math.inf
-        worst = max(worst, abs(x - float(y)))
-    scale = max(abs(float(y)) for y in want)
-    return worst / scale if scale else worst
-
-
-def values_problem(student, reference, key: str, names, rtol: float) -> str | None:
-    """The first of ``names`` that is off by more than ``rtol`` in the scenario, in words (no fix)."""
-    got, want = scenario(student, key, what(reference, key)), reference["scenarios"][key]["truth"]
-    for name in names:
-        if isinstance(got.get(name), list) and SENTINEL in got[name]:
-            return (f"When {what(reference, key)}, {WORDS[name]} was not written everywhere (the grader's marker "
-                    "is still there)")
-        error = relative_error(got.get(name), want[name])
-        if error > rtol:
-            how = ("holds NaN or inf" if error == math.inf else
-                   f"is off by {error:.1e} relative to its largest value, more than the {rtol:.0e} allowed")
-            return f"When {what(reference, key)}, {WORDS[name]} {how}"
-    return None
-
-
-def advice(problem: str | None, hint: str) -> str | None:
-    return None if problem is None else f"{problem}: {hint}"
+values_problem = partial(guarded_values_problem, words=WORDS, sentinel=SENTINEL)
 
 
 def check_full(student, reference):

@@ -9,8 +9,9 @@ import math
 
 from ..diagnosis import EVERY, Mistake, ran
 from ..localise import Locate
+from ..reading import relative_error
 from .cases import FP32_RTOL, SENTINEL
-from .checks import KERNEL_SCENARIOS, relative_error
+from .checks import KERNEL_SCENARIOS
 
 MATCH = 1e-4  # a student's result equals a mistake's values (computed in float64) within this, normwise
 

@@ -1,23 +1,18 @@
 """Observing ``TritonFlashAttention``: the grader launches the student's kernel itself, and calls their Function.
 
-Every scenario runs in a process of its own (``ranks.run_alone``): a kernel that writes past a buffer may corrupt
-that process's heap, which then costs only its scenario. The kernel always runs in Triton's interpreter on the CPU
-(``coursekit.kernels.interpreted``), whether the student's notebook compiled it for a GPU or not, so the same
-launch gives the same values on every machine.
+How the grader launches them (guarded buffers, a process per scenario, the interpreter): ``kernel_launch``.
 """
 import math
-from contextlib import contextmanager
+from functools import partial
 
 import torch
 
+from ..kernel_launch import GuardedBuffer, alone, compact, student_kernels, students_own_errors
 from ..observing import observation
-from ..ranks import run_on_ranks
-from ..reading import ABORTED, DEADLOCK
 from .cases import GUARD, SENTINEL, cases
 
 KERNEL = "flash_fwd_kernel"  # the name the exercise fixes
-TIMEOUT_S = 30.0  # a correct scenario takes well under a second in the interpreter
-CRASHED = "the process crashed, its memory corrupted (as by a tl.store past the end of a tensor)"
+Guarded = partial(GuardedBuffer, guard=GUARD, sentinel=SENTINEL)  # this exercise's guard sizes
 
 
 def make_inputs(case: dict) -> dict:
@@ -30,49 +25,6 @@ def make_inputs(case: dict) -> dict:
     tensors = {"q": 2 * torch.randn(*shape, generator=g)}
     tensors.update((name, torch.randn(*shape, generator=g)) for name in ("k", "v", "do"))
     return {name: t.to(dtype) for name, t in tensors.items()}
-
-
-def compact(t: torch.Tensor) -> list[float]:
-    """A tensor as a flat list of floats with 6 significant digits (NaN and inf kept)."""
-    return [float(f"{v:.6g}") for v in t.detach().double().flatten().tolist()]
-
-
-class Guarded:
-    """A tensor in the middle of a larger buffer: GUARD elements on each side hold NaN (an input: a read past the
-    end pollutes the result) or SENTINEL (an output, filled with it too: an element never written shows)."""
-
-    def __init__(self, value: torch.Tensor, *, output: bool = False):
-        n = value.numel()
-        self.buffer = torch.full((2 * GUARD + n,), SENTINEL if output else float("nan"), dtype=value.dtype)
-        self.tensor = self.buffer[GUARD:GUARD + n].view(value.shape)
-        self.tensor.copy_(torch.full_like(value, SENTINEL) if output else value)
-        self.output = output
-
-    def intact(self) -> bool:
-        outside = torch.cat([self.buffer[:GUARD], self.buffer[-GUARD:]])
-        return bool((outside == SENTINEL).all() if self.output else outside.isnan().all())
-
-
-def kernel_of(cls):
-    """The student's kernel, from the namespace their Function was defined in, as an interpreted kernel."""
-    from coursekit.kernels import interpreted
-
-    namespace = getattr(getattr(cls, "forward", None), "__globals__", None) or {}
-    if not hasattr(namespace.get(KERNEL), "fn"):
-        raise NameError(f"no @triton.jit kernel named {KERNEL} next to TritonFlashAttention")
-    return interpreted(namespace[KERNEL])
-
-
-@contextmanager
-def students_own_errors():
-    """Triton's interpreter wraps an exception raised inside a kernel in its InterpreterError: re-raise the
-    student's own (the blank kernel's NotImplementedError...), so that the feedback names it."""
-    try:
-        yield
-    except Exception as exc:
-        if type(exc).__name__ == "InterpreterError" and isinstance(exc.__cause__, Exception):
-            raise exc.__cause__ from None
-        raise
 
 
 def launch(kernel, q, k, v, case: dict, programs: int | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
@@ -120,7 +72,7 @@ def call_function(cls, inputs: dict, kernel) -> dict:
 
 def run_problem(rank: int, world_size: int, cls, case: dict) -> dict:
     """One scenario, in a process of its own."""
-    kernel, inputs = kernel_of(cls), make_inputs(case)
+    kernel, inputs = student_kernels(cls, (KERNEL,))[KERNEL], make_inputs(case)
     with students_own_errors():
         if case["launch"] == "function":
             return call_function(cls, inputs, kernel)
@@ -129,28 +81,8 @@ def run_problem(rank: int, world_size: int, cls, case: dict) -> dict:
     return {"o": compact(o), "L": compact(L), "guards": guards}
 
 
-def crash_words(error: str) -> str:
-    """The launcher's error for a process that did not finish, in this exercise's words."""
-    if error == ABORTED:
-        return f"SIGABRT: {CRASHED}"
-    if error == DEADLOCK:
-        return f"TimeoutError: it ran longer than the grader's {TIMEOUT_S:.0f} s (an endless loop?)"
-    if "died without a result" in error:
-        return f"{error.partition('(signal ')[2].rstrip(')') or 'a signal'}: {CRASHED}"
-    return error
-
-
-def alone(fn, case: dict) -> dict:
-    """One scenario in a process of its own, quiet: a heap a missing mask corrupted makes glibc abort with a
-    message on stderr, which would cost a notebook's test cell its score."""
-    found = run_on_ranks(run_problem, 1, fn, case, timeout=TIMEOUT_S, group=False, quiet=True)
-    if "error" in found:  # the launcher's words are a rank's (gloo, collectives): this process has none
-        return {"error": crash_words(str(found["error"]))}
-    return {**found["ranks"][0], "meter": found["meter"]}
-
-
 def observe(fn, *, salt: int = 0) -> dict:
-    return observation(salt, cases(salt), lambda case: alone(fn, case))
+    return observation(salt, cases(salt), lambda case: alone(run_problem, fn, case))
 
 
 def scores(q, k, scale: float, causal: bool, strict: bool = False) -> torch.Tensor:
