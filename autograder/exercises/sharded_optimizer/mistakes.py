@@ -184,4 +184,5 @@ MISTAKES = [
 LOCATE = Locate(names={"initial": "the initial parameters", "steps": "the parameters after each step",
                        "state_bytes": "the optimizer state's bytes on a rank"},
                 ignore=("checksums", "groups", "forbidden"),
-                factors=lambda case: {"world_size": case["world_size"]}, across=("steps",))
+                factors=lambda case: {"world_size": case["world_size"]}, across=("steps",),
+                inner={"steps": "parameter {n}"})
