@@ -422,3 +422,77 @@ def test_a_reference_error_quotes_no_line_of_the_solution():
     assert any("code" in e for e in _error_records(student))
     reference = reference_observation("zero_memory_per_rank")
     assert list(_error_records(reference)) and not any({"cell", "line", "code"} & set(e) for e in _error_records(reference))
+
+
+# ---- round 4: where inside a result, and by what relation (one bug each, written for this set) -------------------
+
+_O_TILE = "o[..., i:i + BLOCK_Q, :] = acc / l.unsqueeze(-1)"
+_FR_REPORT = '''
+            if not behind or time.monotonic() >= end:
+                return {"missing": [r + 1 for r in behind], "last": last}
+'''
+INSIDE = {  # name: (exercise, cell, phrases, ranks: slow)
+    "flash_dk_from_the_diagonal_tiles_only": ("FlashAttention", fa._TILED.replace(_DK, _DK + " * (1 if i == j else 0)"),
+                                              ["Only dk is wrong", "dk's own sum", "dk: wrong"], False),
+    "flash_first_query_tile_unnormalised": ("FlashAttention", fa._TILED.replace(_O_TILE, _O_TILE + " if i else acc"),
+                                            ["o: wrong", "query rows 1 to 16 (of 32)", "a factor of its own"], False),
+    "flash_dv_skips_the_last_key_tile": ("FlashAttention", fa._TILED.replace(_DV, _DV + " if j + BLOCK_K < n_k else 0"),
+                                         ["Only dv is wrong", "from key row 17 on (of 32)", "zeros there"], False),
+    "gpipe_forward_microbatches_reversed": ("gpipe_schedule", gp._closed().replace(
+        'table[s + j][s] = ("F", j)', 'table[s + j][s] = ("F", m - 1 - j)'),
+        ["differs from time step 0 on: at stage 0 (of 2) yours holds ('F', 3)"], False),
+    "amp_loss_negated": ("train_amp", amp._variant(backward="scaler.scale(-loss).backward()"),
+                         ["the first update of the parameters: wrong in every scenario: the right value with the "
+                          "opposite sign"], False),
+    "avg_reduce_min": ("average_gradients", avg._loop("if p.grad is not None:\n"
+                                                      "    dist.all_reduce(p.grad, op=dist.ReduceOp.MIN)\n"),
+                       ["the gradients after your call: wrong", "a MIN reduction"], True),
+    "avg_divides_by_world_size_plus_one": ("average_gradients", avg._loop(
+        "if p.grad is not None:\n    dist.all_reduce(p.grad)\n    p.grad /= world_size + 1\n"),
+        ["(world_size + 1)/world_size times too small"], True),
+    "moe_gate_squared": ("ExpertParallelMoE", moe._moe(result="gate * gate * returned[unsort]"),
+                         ["the output: wrong", "each wrong token row is the right one times a factor of its own"], True),
+    "ring_mask_hides_the_diagonal": ("ring_attention", ring._ring(future="k_pos[None, :] >= q_pos[:, None]"),
+                                     ["not finite", "at query row 1 of the rank's chunk (of 3) only"], True),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if e[3] else [], id=n)
+                                  for n, e in INSIDE.items()])
+def test_where_inside_a_result_and_by_what_relation(name):
+    exercise, source, phrases = INSIDE[name][:3]
+    results, diagnosis = diagnosed(exercise, source)
+    assert not all(r.passed for r in results)
+    assert diagnosis.kind != "cause", f"a confident cause that is not this mistake: {diagnosis.cause_id}"
+    located = " ".join(diagnosis.located)
+    for phrase in phrases:
+        assert phrase in located, (phrase, diagnosis.located)
+    assert phrases[0] in format_report(exercise, results, diagnosis)[:600]  # where the student reads first
+
+
+def test_rows_columns_and_relations_on_plain_data():
+    rows = {"v": lambda case: (4, 4, "query row")}
+    want = [float(i % 7 + 1) for i in range(16)]
+
+    def found(have):
+        return " ".join(localise(Locate(names={"v": "o"}, rows=rows), _obs(v=have), _obs(v=want)).wrong)
+
+    scaled = [w * (1 + (i // 4)) if i >= 8 else w for i, w in enumerate(want)]  # rows 3 and 4, each its own factor
+    assert "from query row 3 on (of 4)" in found(scaled) and "a factor of its own" in found(scaled)
+    zeros = [0.0 if i < 4 else w for i, w in enumerate(want)]
+    assert "query row 1 (of 4), the others right" in found(zeros) and "zeros there" in found(zeros)
+    column = [w + 5 if i % 4 == 3 else w for i, w in enumerate(want)]
+    assert "only column 4 (of 4) of each" in found(column)
+    nan = [float("nan") if 4 <= i < 8 else w for i, w in enumerate(want)]
+    assert "at query row 2 (of 4) only, the others finite" in found(nan)
+    offset = [w + 0.5 for w in want]
+    assert "more than the right one by the same 0.5" in found(offset)
+
+
+def test_a_table_says_which_entry_differs_and_what_the_students_holds():
+    spec = Locate(names={"t": "the table"}, whole={"t": "time step {i}"}, entries={"t": "stage {i}"})
+    want = [[["F", 0], None], [["F", 1], ["F", 0]]]
+    have = [[["F", 0], None], [["F", 1], ["B", 0]]]
+    line = localise(spec, _obs(t=have), _obs(t=want)).wrong[0]
+    assert "differs from time step 1 on: at stage 1 (of 2) yours holds ('B', 0)" in line, line
+    assert "('F', 0)" not in line  # never the reference's entry

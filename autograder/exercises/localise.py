@@ -39,6 +39,9 @@ class Locate:
     tolerance: Callable[[dict], float] = lambda case: RTOL  # case -> what "right" allows (bf16 scenarios: more)
     counts: tuple[str, ...] = ()  # factors that are counts a result is divided by: also tried off by one (N ± 1)
     inner: dict[str, str] = field(default_factory=dict)  # list key -> words of the index inside each of its items
+    # (wrong, right quantities) -> a sentence of what the right ones rule out, in the exercise's terms ("o, dq and dv
+    # are right, so p and ds are: the error is in dk's own sum"), or "": where a wrong value first comes from
+    deduce: Callable[[frozenset, frozenset], str] = lambda wrong, right: ""
     # keys whose wrong values are searched among the right values of their siblings (another rank, step or
     # parameter): "one step late", "holds parameter 2's values" -- a shifted offset, a broadcast before the step
     across: tuple[str, ...] = ()
@@ -74,9 +77,10 @@ class Localisation:
     right_places: tuple[str, ...] = ()  # "dk @ causal": each quantity right everywhere it was observed in a scenario
     parts: tuple[str, ...] = ()       # "the bytes per rank @ stage 2": each quantity wrong at a position (not a time)
     right_parts: tuple[str, ...] = ()  # each quantity observed at a position (not a time) and right there everywhere
+    deduced: str = ""                 # what the right results rule out (Locate.deduce)
 
     def lines(self) -> list[str]:
-        out = ([self.crashed] if self.crashed else []) + list(self.wrong)
+        out = ([self.crashed] if self.crashed else []) + ([DEDUCED + self.deduced] if self.deduced else []) + list(self.wrong)
         if self.follow:
             out.append("Later values differ as a consequence: " + ", ".join(self.follow[:SHOWN_RIGHT]) + ".")
         if self.right and (self.wrong or self.crashed):
@@ -560,9 +564,14 @@ def _summarise(spec, reference, findings, right, errors, right_at=None, seen_rig
     # a direction the calibration compares only where a ratio fits (a scale is systematic; a plain difference's
     # direction changes with the data)
     sizes = tuple(sorted({f"{f.quantity}: {f.size}" for f in everything if f.size and f.short[:1] in "×÷"}))
+    try:
+        deduced = spec.deduce(frozenset(by_quantity), frozenset(right_only)) if by_quantity else ""
+    except Exception:  # a rule that cannot read these sets says nothing
+        deduced = ""
     return Localisation(tuple(wrong), right_only, crashed, short, tuple(by_quantity), tuple(follow), signs, places,
                         tuple(dict.fromkeys(e[0] for e in errors)), sizes, tuple(sorted(set(seen_right) - set(places))),
-                        tuple(sorted(wrong_parts)), tuple(sorted(fine_parts - wrong_parts)))
+                        tuple(sorted(wrong_parts)), tuple(sorted(fine_parts - wrong_parts)),
+                        deduced if isinstance(deduced, str) else "")
 
 
 def _parts(where: str) -> list[str]:
@@ -660,6 +669,7 @@ def _listed(items: list[str]) -> str:
 
 
 TIME_WORDS = ("step", "call")
+DEDUCED = "Ruled out by what is right: "  # the line of Locate.deduce, labelled apart from the wrong results
 
 
 # The launcher's words for ranks that never raised in Python (reading.ABORTED, reading.DEADLOCK), as a crash's
