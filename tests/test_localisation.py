@@ -125,6 +125,12 @@ LOOSE_MATCHES.update({
                                         acc._variant(ret="(total - loss.item()) / (len(dataloader) - 1)")),
     "flash_L_off_by_one_tile": ("FlashAttention", fa._TILED.replace(_L_SAVED, "L[..., i:i + BLOCK_Q] = m + torch.log(l + 1)")),
 })
+# A catalogue fingerprint ("the ranks hold different parameters") met by a bug that shares all but one parameter:
+# never sharing leaves a stale share on every rank (Mistake.requires), this leaves one parameter stale on one rank.
+_SO_SHARE = '            for p in group["params"]:\n                dist.broadcast'
+LOOSE_MATCHES["sharded_last_parameter_never_shared"] = (
+    "ShardedOptimizer", so._greedy().replace(_SO_SHARE, _SO_SHARE.replace('group["params"]', 'group["params"][:-1]')),
+    True)
 # A bug whose every observable effect is a catalogued mistake's: its cause, worded to cover both.
 SAME_EFFECT = {  # name: (exercise, cell, the cause)
     "zero_swaps_weight_and_gradient_bytes": ("zero_memory_per_rank", _ZERO.replace(
@@ -496,3 +502,4 @@ def test_a_table_says_which_entry_differs_and_what_the_students_holds():
     line = localise(spec, _obs(t=have), _obs(t=want)).wrong[0]
     assert "differs from time step 1 on: at stage 1 (of 2) yours holds ('B', 0)" in line, line
     assert "('F', 0)" not in line  # never the reference's entry
+
