@@ -17,6 +17,7 @@ from variants import average_gradients as avg
 from variants import bucketed_ddp as ddp
 from variants import expert_parallel_moe as moe
 from variants import flash_attention as fa
+from variants import fused_layer_norm as fln
 from variants import gpipe_schedule as gp
 from variants import mini_fsdp as fsdp
 from variants import ring_attention as ring
@@ -450,6 +451,10 @@ INSIDE = {  # name: (exercise, cell, phrases, ranks: slow)
     "amp_loss_negated": ("train_amp", amp._variant(backward="scaler.scale(-loss).backward()"),
                          ["the first update of the parameters: wrong in every scenario: the right value with the "
                           "opposite sign"], False),
+    "layer_norm_dw_without_x_hat": ("FusedLayerNorm", fln.edit(fln.REFERENCE, (
+        "tl.store(dw_ptr + start_of_row + cols, dy * x_hat, mask=mask)",
+        "tl.store(dw_ptr + start_of_row + cols, dy, mask=mask)")),
+        ["y, dx and db are right: the error is in dw's own terms", "dw: wrong"], False),
     "avg_reduce_min": ("average_gradients", avg._loop("if p.grad is not None:\n"
                                                       "    dist.all_reduce(p.grad, op=dist.ReduceOp.MIN)\n"),
                        ["the gradients after your call: wrong", "a MIN reduction"], True),
