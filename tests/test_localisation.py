@@ -17,6 +17,7 @@ from variants import average_gradients as avg
 from variants import bucketed_ddp as ddp
 from variants import expert_parallel_moe as moe
 from variants import flash_attention as fa
+from variants import fused_layer_norm as fln
 from variants import gpipe_schedule as gp
 from variants import mini_fsdp as fsdp
 from variants import ring_attention as ring
@@ -28,7 +29,7 @@ from variants import zero_memory_per_rank as zero
 
 from autograder.exercises import get_exercise
 from autograder.exercises.diagnosis import diagnose
-from autograder.exercises.localise import Locate, localise
+from autograder.exercises.localise import DEDUCED, Locate, localise
 from autograder.exercises.verdict import feedback_sentence, format_report
 
 _DK = "dk[..., j:j + BLOCK_K, :] += ds.transpose(-1, -2) @ qi * scale"
@@ -125,6 +126,12 @@ LOOSE_MATCHES.update({
                                         acc._variant(ret="(total - loss.item()) / (len(dataloader) - 1)")),
     "flash_L_off_by_one_tile": ("FlashAttention", fa._TILED.replace(_L_SAVED, "L[..., i:i + BLOCK_Q] = m + torch.log(l + 1)")),
 })
+# A catalogue fingerprint ("the ranks hold different parameters") met by a bug that shares all but one parameter:
+# never sharing leaves a stale share on every rank (Mistake.requires), this leaves one parameter stale on one rank.
+_SO_SHARE = '            for p in group["params"]:\n                dist.broadcast'
+LOOSE_MATCHES["sharded_last_parameter_never_shared"] = (
+    "ShardedOptimizer", so._greedy().replace(_SO_SHARE, _SO_SHARE.replace('group["params"]', 'group["params"][:-1]')),
+    True)
 # A bug whose every observable effect is a catalogued mistake's: its cause, worded to cover both.
 SAME_EFFECT = {  # name: (exercise, cell, the cause)
     "zero_swaps_weight_and_gradient_bytes": ("zero_memory_per_rank", _ZERO.replace(
@@ -191,10 +198,11 @@ def test_uncatalogued_mistake_is_localised(name):
     for phrase in phrases:
         assert phrase in located, (phrase, diagnosis.located, diagnosis.cause_id)
     report = format_report(exercise, results, diagnosis)
-    assert diagnosis.located[0] in report
+    first = diagnosis.located[0].removeprefix(DEDUCED)  # the renderers label that line "Narrowed down"
+    assert first in report
     if diagnosis.kind != "cause":  # no confident cause: the localisation leads, and is the grades.csv cause
         assert report.splitlines()[1].strip().startswith(("Where your results go wrong", "Consistent with")), report
-        assert diagnosis.cause_id.startswith("where: ") and diagnosis.located[0] in feedback_sentence(results, diagnosis)
+        assert diagnosis.cause_id.startswith("where: ") and first in feedback_sentence(results, diagnosis)
 
 
 # ---- the engine on plain data: each pattern, and what it never does ---------------------------------------------
@@ -422,3 +430,82 @@ def test_a_reference_error_quotes_no_line_of_the_solution():
     assert any("code" in e for e in _error_records(student))
     reference = reference_observation("zero_memory_per_rank")
     assert list(_error_records(reference)) and not any({"cell", "line", "code"} & set(e) for e in _error_records(reference))
+
+
+# ---- round 4: where inside a result, and by what relation (one bug each, written for this set) -------------------
+
+_O_TILE = "o[..., i:i + BLOCK_Q, :] = acc / l.unsqueeze(-1)"
+_FR_REPORT = '''
+            if not behind or time.monotonic() >= end:
+                return {"missing": [r + 1 for r in behind], "last": last}
+'''
+INSIDE = {  # name: (exercise, cell, phrases, ranks: slow)
+    "flash_dk_from_the_diagonal_tiles_only": ("FlashAttention", fa._TILED.replace(_DK, _DK + " * (1 if i == j else 0)"),
+                                              ["Only dk is wrong", "dk's own sum", "dk: wrong"], False),
+    "flash_first_query_tile_unnormalised": ("FlashAttention", fa._TILED.replace(_O_TILE, _O_TILE + " if i else acc"),
+                                            ["o: wrong", "query rows 1 to 16 (of 32)", "a factor of its own"], False),
+    "flash_dv_skips_the_last_key_tile": ("FlashAttention", fa._TILED.replace(_DV, _DV + " if j + BLOCK_K < n_k else 0"),
+                                         ["Only dv is wrong", "from key row 17 on (of 32)", "zeros there"], False),
+    "gpipe_forward_microbatches_reversed": ("gpipe_schedule", gp._closed().replace(
+        'table[s + j][s] = ("F", j)', 'table[s + j][s] = ("F", m - 1 - j)'),
+        ["differs from time step 0 on: at stage 0 (of 2) yours holds ('F', 3)"], False),
+    "amp_loss_negated": ("train_amp", amp._variant(backward="scaler.scale(-loss).backward()"),
+                         ["the first update of the parameters: wrong in every scenario: the right value with the "
+                          "opposite sign"], False),
+    "layer_norm_dw_without_x_hat": ("FusedLayerNorm", fln.edit(fln.REFERENCE, (
+        "tl.store(dw_ptr + start_of_row + cols, dy * x_hat, mask=mask)",
+        "tl.store(dw_ptr + start_of_row + cols, dy, mask=mask)")),
+        ["y, dx and db are right: the error is in dw's own terms", "dw: wrong"], False),
+    "avg_reduce_min": ("average_gradients", avg._loop("if p.grad is not None:\n"
+                                                      "    dist.all_reduce(p.grad, op=dist.ReduceOp.MIN)\n"),
+                       ["the gradients after your call: wrong", "a MIN reduction"], True),
+    "avg_divides_by_world_size_plus_one": ("average_gradients", avg._loop(
+        "if p.grad is not None:\n    dist.all_reduce(p.grad)\n    p.grad /= world_size + 1\n"),
+        ["(world_size + 1)/world_size times too small"], True),
+    "moe_gate_squared": ("ExpertParallelMoE", moe._moe(result="gate * gate * returned[unsort]"),
+                         ["the output: wrong", "each wrong token row is the right one times a factor of its own"], True),
+    "ring_mask_hides_the_diagonal": ("ring_attention", ring._ring(future="k_pos[None, :] >= q_pos[:, None]"),
+                                     ["not finite", "at query row 1 of the rank's chunk (of 3) only"], True),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if e[3] else [], id=n)
+                                  for n, e in INSIDE.items()])
+def test_where_inside_a_result_and_by_what_relation(name):
+    exercise, source, phrases = INSIDE[name][:3]
+    results, diagnosis = diagnosed(exercise, source)
+    assert not all(r.passed for r in results)
+    assert diagnosis.kind != "cause", f"a confident cause that is not this mistake: {diagnosis.cause_id}"
+    located = " ".join(diagnosis.located)
+    for phrase in phrases:
+        assert phrase in located, (phrase, diagnosis.located)
+    assert phrases[0] in format_report(exercise, results, diagnosis)[:600]  # where the student reads first
+
+
+def test_rows_columns_and_relations_on_plain_data():
+    rows = {"v": lambda case: (4, 4, "query row")}
+    want = [float(i % 7 + 1) for i in range(16)]
+
+    def found(have):
+        return " ".join(localise(Locate(names={"v": "o"}, rows=rows), _obs(v=have), _obs(v=want)).wrong)
+
+    scaled = [w * (1 + (i // 4)) if i >= 8 else w for i, w in enumerate(want)]  # rows 3 and 4, each its own factor
+    assert "from query row 3 on (of 4)" in found(scaled) and "a factor of its own" in found(scaled)
+    zeros = [0.0 if i < 4 else w for i, w in enumerate(want)]
+    assert "query row 1 (of 4), the others right" in found(zeros) and "zeros there" in found(zeros)
+    column = [w + 5 if i % 4 == 3 else w for i, w in enumerate(want)]
+    assert "only column 4 (of 4) of each" in found(column)
+    nan = [float("nan") if 4 <= i < 8 else w for i, w in enumerate(want)]
+    assert "at query row 2 (of 4) only, the others finite" in found(nan)
+    offset = [w + 0.5 for w in want]
+    assert "more than the right one by the same 0.5" in found(offset)
+
+
+def test_a_table_says_which_entry_differs_and_what_the_students_holds():
+    spec = Locate(names={"t": "the table"}, whole={"t": "time step {i}"}, entries={"t": "stage {i}"})
+    want = [[["F", 0], None], [["F", 1], ["F", 0]]]
+    have = [[["F", 0], None], [["F", 1], ["B", 0]]]
+    line = localise(spec, _obs(t=have), _obs(t=want)).wrong[0]
+    assert "differs from time step 1 on: at stage 1 (of 2) yours holds ('B', 0)" in line, line
+    assert "('F', 0)" not in line  # never the reference's entry
+

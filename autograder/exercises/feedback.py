@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from .diagnosis import Diagnosis
+from .localise import DEDUCED
 from .protocol import CheckResult
 from .reading import NOT_DONE
 
@@ -111,6 +112,8 @@ def _label(line: str) -> tuple[str, str]:
         return "Raised", line
     if line.startswith("Nothing raised, but"):
         return "Stopped", line
+    if line.startswith(DEDUCED):
+        return "Narrowed down", line.removeprefix(DEDUCED)
     if line.startswith("Later values differ"):
         return "Follows", line.removeprefix("Later values differ as a consequence: ")
     return "Wrong", line

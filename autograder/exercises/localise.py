@@ -33,14 +33,21 @@ class Locate:
     unchanged: dict[str, str] = field(default_factory=dict)  # key -> sibling key of its value before (params)
     positions: dict[str, str] = field(default_factory=dict)  # list key -> words of an index in it ("parameter {n}")
     whole: dict[str, str] = field(default_factory=dict)  # key -> word of its items: compared item by item, whole
+    entries: dict[str, str] = field(default_factory=dict)  # whole key -> word of an item's entries ("stage {n}")
     by_position: tuple[str, ...] = ("steps", "step_grads", "calls", "updates", "losses", "step_grad_norms", "grad_norms")
     series: tuple[str, ...] = ("losses", "step_grad_norms", "grad_norms")  # one number per step: step by step
     tolerance: Callable[[dict], float] = lambda case: RTOL  # case -> what "right" allows (bf16 scenarios: more)
+    counts: tuple[str, ...] = ()  # factors that are counts a result is divided by: also tried off by one (N ± 1)
+    inner: dict[str, str] = field(default_factory=dict)  # list key -> words of the index inside each of its items
+    # (wrong, right quantities) -> a sentence of what the right ones rule out, in the exercise's terms ("o, dq and dv
+    # are right, so p and ds are: the error is in dk's own sum"), or "": where a wrong value first comes from
+    deduce: Callable[[frozenset, frozenset], str] = lambda wrong, right: ""
     # keys whose wrong values are searched among the right values of their siblings (another rank, step or
     # parameter): "one step late", "holds parameter 2's values" -- a shifted offset, a broadcast before the step
     across: tuple[str, ...] = ()
     # key -> case -> (rows along the sequence, row width, the word of a row): a flat (..., rows, width) result whose
-    # wrong part is said by rows ("wrong from query row 17 on"): an online softmax's merge goes wrong at a tile
+    # wrong part is said by rows ("wrong from query row 17 on"): an online softmax's merge goes wrong at a tile;
+    # rows 0: as many as the result holds (a rank's own token count)
     rows: dict[str, Callable[[dict], tuple[int, int, str]]] = field(default_factory=dict)
 
 
@@ -70,9 +77,10 @@ class Localisation:
     right_places: tuple[str, ...] = ()  # "dk @ causal": each quantity right everywhere it was observed in a scenario
     parts: tuple[str, ...] = ()       # "the bytes per rank @ stage 2": each quantity wrong at a position (not a time)
     right_parts: tuple[str, ...] = ()  # each quantity observed at a position (not a time) and right there everywhere
+    deduced: str = ""                 # what the right results rule out (Locate.deduce)
 
     def lines(self) -> list[str]:
-        out = ([self.crashed] if self.crashed else []) + list(self.wrong)
+        out = ([self.crashed] if self.crashed else []) + ([DEDUCED + self.deduced] if self.deduced else []) + list(self.wrong)
         if self.follow:
             out.append("Later values differ as a consequence: " + ", ".join(self.follow[:SHOWN_RIGHT]) + ".")
         if self.right and (self.wrong or self.crashed):
@@ -103,6 +111,7 @@ def localise(spec: Locate, student: dict, reference: dict) -> Localisation:
         rtol = _safe_tolerance(spec, case)
         leaves = list(_leaves(spec, ref, got, truth))
         wants = {path: want for path, want, _, _ in leaves} if spec.across else {}
+        befores = {path: before for path, _, _, before in leaves if _numbers(before)}
         for path, want, have, before in leaves:
             if isinstance(have, dict) and isinstance(have.get("error"), str):
                 errors.append((key, _where(spec, path), _blame(student, key, path)[1], have["error"]))
@@ -110,6 +119,8 @@ def localise(spec: Locate, student: dict, reference: dict) -> Localisation:
             verdict = _compare(want, have, before, factors, rtol, _safe_rows(spec, path, case, want))
             if verdict is not None and verdict[1] == "off" and any(k in spec.across for k in path):
                 verdict = _moved(spec, path, want, have, wants, rtol) or verdict
+            if verdict is not None and verdict[1] == "off" and befores:
+                verdict = _reduced(path, want, have, befores, rtol) or verdict
             name = _quantity(spec, path)
             if verdict is None:
                 right.add(name)
@@ -146,7 +157,7 @@ def _moved(spec: Locate, path: tuple, want, have, wants: dict, rtol: float) -> t
             if timed and not (_numbers(before) and len(before) >= m and not _close(before[:m], sibling[:m], rtol, scale)):
                 continue  # a step's values that are the step before's too (nothing moved then): no sign of lateness
             word = spec.positions.get(parent) or POSITIONS.get(parent) or "item {n}" if isinstance(parent, str) \
-                else "item {n}"
+                else spec.inner.get(path[at - 2], "item {n}") if at > 1 and isinstance(path[at - 2], str) else "item {n}"
             where = word.format(i=other, n=other + 1)
             if timed and abs(other - index) == 1:
                 late = other < index
@@ -157,13 +168,46 @@ def _moved(spec: Locate, path: tuple, want, have, wants: dict, rtol: float) -> t
     return None
 
 
+def _reduced(path: tuple, want, have, befores: dict, rtol: float) -> tuple[str, str] | None:
+    """A wrong result after a collective that is, element by element, the largest or the smallest of the ranks'
+    values before the call, or one rank's own values before it: the reduction's operation or its source is off."""
+    at = next((i for i, (parent, index) in enumerate(zip(path, path[1:]), 1)
+               if parent == "ranks" and isinstance(index, int)), None)
+    if at is None or not (_numbers(want) and _numbers(have)) or len(have) < 2:
+        return None
+    ranks = []
+    while len(ranks) < 1024 and _numbers(befores.get(path[:at] + (len(ranks),) + path[at + 1:])):
+        ranks.append(befores[path[:at] + (len(ranks),) + path[at + 1:]])
+    if len(ranks) < 2 or any(len(r) != len(have) for r in ranks):
+        return None
+    scale = max(max(abs(w) for w in want), 1e-12)
+    for word, op, pick in (("largest", "MAX", max), ("smallest", "MIN", min)):
+        values = [pick(col) for col in zip(*ranks)]
+        if _close(have, values, rtol, scale) and not _close(values, want, rtol, scale):
+            return (f"element by element the {word} of the ranks' values before the call (a {op} reduction), not their "
+                    "average", f"the ranks' {op}")
+    for r, values in enumerate(ranks):
+        if _close(have, values, rtol, scale) and not _close(values, want, rtol, scale):
+            return f"rank {r}'s values from before the call", f"rank {r}'s values"
+    return None
+
+
 def _safe_factors(spec: Locate, case: dict) -> dict[str, float]:
     try:
         found = spec.factors(case)
     except Exception:  # a case without the key: no exercise factors there
         return {}
     named = {k: float(v) for k, v in found.items() if isinstance(v, Real) and v not in (0, 1)}
-    return {**named, **{f"{k}²": v * v for k, v in named.items() if not k.startswith("√")}}  # a factor applied twice
+    # a declared count off by one where it divides: "(world_size + 1)/world_size", "world_size/(world_size − 1)"
+    shifted = {}
+    for k in spec.counts:
+        v = named.get(k)
+        if v is not None and v == int(v) and v > 2:
+            shifted.update({f"({k} + 1)/{k}": (v + 1) / v, f"{k}/({k} − 1)": v / (v - 1)})
+        elif v == 2:
+            shifted[f"({k} + 1)/{k}"] = 1.5
+    return {**named, **{f"{k}²": v * v for k, v in named.items() if not k.startswith("√")},  # a factor applied twice
+            **shifted}
 
 
 def _safe_tolerance(spec: Locate, case: dict) -> float:
@@ -189,7 +233,8 @@ def _leaves(spec: Locate, ref, got, truth, path=()):
                 for i, w in enumerate(want):  # the first wrong step, and the factor there
                     yield path + (k, i), w, got[k][i], None
             elif k in spec.whole:
-                yield path + (k,), _Whole(sub_truth if sub_truth is not None else v, spec.whole[k]), got.get(k), None
+                yield path + (k,), _Whole(sub_truth if sub_truth is not None else v, spec.whole[k],
+                                            spec.entries.get(k, "its entry {n}")), got.get(k), None
             elif k in spec.unchanged and isinstance(v, list) and v and all(isinstance(x, list) for x in v):
                 have, was, want = got.get(k), before, sub_truth if isinstance(sub_truth, list) else v
                 for i, w in enumerate(want):  # a list of vectors, each against its own value before
@@ -219,6 +264,23 @@ class _Whole:
     """A structured value (a table) compared item by item: only where it first differs is said."""
     items: list
     word: str
+    entry: str = "its entry {n}"
+
+
+def _entry(have: list, want: list, at: int, word: str) -> str:
+    """Which entry of the first differing item (a row of a table) differs, and what the student's holds there
+    (their own value, never the reference's): ": at stage 2 (of 3) yours holds ('F', 3)"."""
+    if not (at < len(have) and at < len(want) and isinstance(have[at], list) and isinstance(want[at], list)
+            and len(have[at]) == len(want[at])):
+        return ""
+    cells = [j for j, (h, w) in enumerate(zip(have[at], want[at])) if h != w]
+    if not cells:
+        return ""
+    j = cells[0]
+    held = "nothing (None)" if have[at][j] is None else repr(tuple(have[at][j]) if isinstance(have[at][j], list)
+                                                             else have[at][j])[:40]
+    more = f"; {len(cells)} of its {len(want[at])} entries differ" if len(cells) > 1 else ""
+    return f": at {word.format(i=j, n=j + 1)} (of {len(want[at])}) yours holds {held}{more}"
 
 
 def _safe_rows(spec: Locate, path: tuple, case: dict, want) -> tuple[int, int, str] | None:
@@ -229,25 +291,83 @@ def _safe_rows(spec: Locate, path: tuple, case: dict, want) -> tuple[int, int, s
     try:
         count, width, word = spec.rows[key](case)
         count, width = int(count), int(width)
+        count = count or (len(want) // width if width > 0 else 0)  # 0: as many as the result holds (per rank)
     except Exception:  # a case without the keys: elements, not rows
         return None
     return (count, width, str(word)) if count > 1 and width > 0 and want and len(want) % (count * width) == 0 else None
 
 
-def _rows(have, want, rtol, scale, shape) -> str:
-    """Which rows of a (..., rows, width) result are wrong, when not all: "; wrong from query row 17 on (of 32)"."""
-    count, width, word = shape
-    bad = sorted({(i // width) % count + 1 for i, (h, w) in enumerate(zip(have, want)) if abs(h - w) > rtol * scale})
-    if not bad or len(bad) == count:  # every row: nothing to add
+def _row_list(bad: list[int], count: int, word: str, onwards: bool = True) -> str:
+    """Rows (1-based, sorted) in words: "from query row 17 on", "query rows 1 to 16", "3 query rows (1, 5, 9)";
+    a word with a tail ("query row of the rank's chunk") puts the numbers before it ("query row 1 of ...")."""
+    head, sep, tail = word.partition(" of ")
+    tail = f"{sep}{tail}" if sep else ""
+    if onwards and bad == list(range(bad[0], count + 1)) and bad[0] > 1:
+        return f"from {head} {bad[0]}{tail} on"
+    if bad[-1] - bad[0] + 1 == len(bad):
+        return f"{head}s {bad[0]} to {bad[-1]}{tail}" if len(bad) > 1 else f"{head} {bad[0]}{tail}"
+    return f"{len(bad)} {head}s ({', '.join(map(str, bad[:4]))}" + (", ..." if len(bad) > 4 else "") + f"){tail}"
+
+
+def _nonfinite_rows(have, rows) -> str:
+    """Where the non-finite values are, by rows, when not everywhere: "; at query rows 1 to 16 (of 32) only"."""
+    if not rows:
         return ""
-    if bad == list(range(bad[0], count + 1)):
-        return f"; wrong from {word} {bad[0]} on (of {count}), right before it"
+    count, width, word = rows
+    bad = sorted({(i // width) % count + 1 for i, h in enumerate(have) if not math.isfinite(h)})
+    return "" if len(bad) == count else f"; at {_row_list(bad, count, word)} (of {count}) only, the others finite"
+
+
+def _row_relation(have, want, rtol, scale, shape, bad: list[int]) -> str:
+    """How the wrong rows relate to the right ones, tested per row: zeros, the opposite sign, or each row scaled
+    by a factor of its own (a per-row normalisation -- a softmax's sum or max -- is off)."""
+    count, width, _ = shape
+    ratios, zeros = [], True
+    wrong = set(bad)
+    for start in range(0, len(want), width):  # each row of each batch and head
+        if (start // width) % count + 1 not in wrong:
+            continue
+        h, w = have[start:start + width], want[start:start + width]
+        if all(abs(x - y) <= rtol * scale for x, y in zip(h, w)):
+            continue
+        zeros = zeros and all(x == 0 for x in h)
+        r = _fit(h, w, max(max(abs(x) for x in w), 1e-12))
+        ratios.append(r)
+    if zeros:
+        return ": zeros there"
+    if any(r is None for r in ratios):
+        return ""
+    if all(abs(r + 1) < 0.01 for r in ratios):
+        return ": the right values with the opposite sign there"
+    if max(ratios) - min(ratios) > 0.01 * max(abs(r) for r in ratios) and all(r > 0 for r in ratios):
+        return (f": each wrong {shape[2].partition(' of ')[0]} is the right one times a factor of its own (between "
+                f"{min(ratios):.2g} and {max(ratios):.2g}): a number computed once per row (a softmax's sum or max, "
+                "a gate, a normaliser) is off")
+    return ""
+
+
+def _rows(have, want, rtol, scale, shape) -> str:
+    """Which rows of a (..., rows, width) result are wrong, when not all: "; wrong from query row 17 on (of 32)";
+    which columns, when only some are; and how the wrong rows relate to the right ones."""
+    count, width, word = shape
+    wrong = [i for i, (h, w) in enumerate(zip(have, want)) if abs(h - w) > rtol * scale]
+    bad = sorted({(i // width) % count + 1 for i in wrong})
+    if not bad:
+        return ""
+    relation = _row_relation(have, want, rtol, scale, shape, bad)
+    columns = sorted({i % width + 1 for i in wrong})
+    across = f"; only {_row_list(columns, width, 'column', onwards=False)} (of {width}) of each" if len(columns) < width else ""
+    if len(bad) == count:  # every row: which columns, how they relate
+        return f"; in every {word.partition(' of ')[0]}{across}{relation}" if relation or across else ""
+    at = _row_list(bad, count, word)
+    if relation or across:
+        return f"; wrong {'at ' if not at.startswith('from') else ''}{at} (of {count}), the others right{across}{relation}"
+    if at.startswith("from"):
+        return f"; wrong {at} (of {count}), right before it"
     if bad == list(range(1, bad[-1] + 1)):
-        return f"; wrong up to {word} {bad[-1]} (of {count}), right after it"
-    block = bad[-1] - bad[0] + 1 == len(bad)
-    shown = f"{word}s {bad[0]} to {bad[-1]}" if block else f"{len(bad)} {word}s ({', '.join(map(str, bad[:4]))}" \
-        + (", ..." if len(bad) > 4 else "") + ")"
-    return f"; wrong at {shown} of {count}, the others right"
+        head, sep, tail = word.partition(" of ")
+        return f"; wrong up to {head} {bad[-1]}{sep}{tail} (of {count}), right after it"
+    return f"; wrong at {at} of {count}, the others right"
 
 
 def _compare(want, have, before, factors, rtol, rows=None) -> tuple[str, str] | None:
@@ -258,7 +378,8 @@ def _compare(want, have, before, factors, rtol, rows=None) -> tuple[str, str] | 
         if have == want.items:
             return None
         first = next((i for i, (h, w) in enumerate(zip(have, want.items)) if h != w), min(len(have), len(want.items)))
-        return f"differs from {want.word} {first + 1} on", f"differs at {want.word} {first + 1}"
+        at = want.word.format(i=first, n=first + 1) if "{" in want.word else f"{want.word} {first + 1}"
+        return f"differs from {at} on{_entry(have, want.items, first, want.entry)}", f"differs at {at}"
     if isinstance(want, int) and isinstance(have, int) and not isinstance(want, bool) and not isinstance(have, bool) \
             and 0 < abs(have - want) <= 2:
         n = abs(have - want)
@@ -280,7 +401,7 @@ def _compare(want, have, before, factors, rtol, rows=None) -> tuple[str, str] | 
         return None
     scale = max(max(abs(w) for w in want), 1e-12)
     if not all(math.isfinite(h) for h in have):
-        return "not finite (NaN or inf)", "not finite"
+        return "not finite (NaN or inf)" + _nonfinite_rows(have, rows), "not finite"
     if _close(have, want, rtol, scale):
         return None
     first = next(i for i, (h, w) in enumerate(zip(have, want)) if abs(h - w) > rtol * scale)
@@ -290,26 +411,41 @@ def _compare(want, have, before, factors, rtol, rows=None) -> tuple[str, str] | 
     if _numbers(before) and len(before) == len(have) and _close(have, before, rtol, scale):
         return "unchanged (the same as before)", "unchanged"
     ratio = _fit(have, want, scale)
-    if ratio is not None and abs(ratio - 1) > 0.01:
-        named = _name_factor(ratio, factors)
-        if named:
-            return named
-        if abs(ratio) > 1e-6 and abs(ratio - 1) > 0.1:
-            if 0 < ratio < 1:  # "4 times too small" reads better than "0.25 times the right value"
-                return f"about {1 / ratio:.2g} times too small (no factor of the exercise)", f"÷{1 / ratio:.2g}"
-            return f"{ratio:.2g} times the right value", f"×{ratio:.2g}"
+    named = _name_factor(ratio, factors if len(want) >= 4 else {k: v for k, v in factors.items() if ")/" not in k}) \
+        if ratio is not None and abs(ratio - 1) > 0.01 else None  # one number fits some ratio: N ± 1 needs many
+    if named:
+        return named
     for shift in (1, -1):
         if len(want) > 2 and _close(have[max(shift, 0):len(have) + min(shift, 0)],
                                     want[max(-shift, 0):len(want) + min(-shift, 0)], rtol, scale):
             return f"shifted by one position (off by one){at}", "shifted by one"
+    offset = _offset(have, want, rtol, scale)
+    integers = all(float(v).is_integer() for v in (*have, *want))
+    if offset and integers and abs(have[0] - want[0]) <= 2:  # ranks, counts: one more than right, not ×1.5
+        return offset, "off"
+    if ratio is not None and abs(ratio - 1) > 0.1 and abs(ratio) > 1e-6:
+        if 0 < ratio < 1:  # "4 times too small" reads better than "0.25 times the right value"
+            return f"about {1 / ratio:.2g} times too small (no factor of the exercise)", f"÷{1 / ratio:.2g}"
+        return f"{ratio:.2g} times the right value", f"×{ratio:.2g}"
     n = math.isqrt(len(want))
     if n > 1 and n * n == len(want) and _close(have, [want[j * n + i] for i in range(n) for j in range(n)], rtol, scale):
         return "transposed", "transposed"
+    if offset and len(want) > 1 and ratio is None:
+        return offset, "off"
     off = max(abs(h - w) for h, w in zip(have, want)) / scale
     size = (f"off by about {off:.1%}" if off < 0.1 else f"off by about {off:.0%}" if off < 10
             else f"off by about {off:.0f} times its size")
     part = _rows(have, want, rtol, scale, rows) if rows else f"{at}{_part(have, want, rtol, scale)}"
     return (f"{size} (relative to its largest value){part}" if len(want) > 1 else size), "off"
+
+
+def _offset(have, want, rtol, scale) -> str:
+    """"every value more than the right one by the same 1", when the difference is one constant (a bias, an index)."""
+    diffs = [h - w for h, w in zip(have, want)]
+    if max(diffs) - min(diffs) > rtol * scale or abs(diffs[0]) <= rtol * scale:
+        return ""
+    c = sum(diffs) / len(diffs)
+    return f"every value {'more' if c > 0 else 'less'} than the right one by the same {abs(c):.3g}"
 
 
 def _part(have, want, rtol, scale) -> str:
@@ -360,11 +496,13 @@ def _quantity(spec: Locate, path: tuple) -> str:
 
 def _where(spec: Locate, path: tuple) -> str:
     words = []
-    for parent, index in zip(path, path[1:]):
+    for at, (parent, index) in enumerate(zip(path, path[1:])):
         if isinstance(index, int) and isinstance(parent, str):
             template = spec.positions.get(parent) or POSITIONS.get(parent)
             if template:
                 words.append(template.format(i=index, n=index + 1))
+        elif isinstance(index, int) and isinstance(parent, int) and at and path[at - 1] in spec.inner:
+            words.append(spec.inner[path[at - 1]].format(i=index, n=index + 1))  # a parameter inside a step
     return ", ".join(words)
 
 
@@ -426,9 +564,14 @@ def _summarise(spec, reference, findings, right, errors, right_at=None, seen_rig
     # a direction the calibration compares only where a ratio fits (a scale is systematic; a plain difference's
     # direction changes with the data)
     sizes = tuple(sorted({f"{f.quantity}: {f.size}" for f in everything if f.size and f.short[:1] in "×÷"}))
+    try:
+        deduced = spec.deduce(frozenset(by_quantity), frozenset(right_only)) if by_quantity else ""
+    except Exception:  # a rule that cannot read these sets says nothing
+        deduced = ""
     return Localisation(tuple(wrong), right_only, crashed, short, tuple(by_quantity), tuple(follow), signs, places,
                         tuple(dict.fromkeys(e[0] for e in errors)), sizes, tuple(sorted(set(seen_right) - set(places))),
-                        tuple(sorted(wrong_parts)), tuple(sorted(fine_parts - wrong_parts)))
+                        tuple(sorted(wrong_parts)), tuple(sorted(fine_parts - wrong_parts)),
+                        deduced if isinstance(deduced, str) else "")
 
 
 def _parts(where: str) -> list[str]:
@@ -453,7 +596,15 @@ def _first_wrong(findings: list[Finding]) -> tuple[list[Finding], list[str]]:
     if not ordered:
         return findings, []
     leading = {f.quantity for f in findings if f.order == min(ordered)}
+    if min(ordered) > 0:  # the series go wrong only later: a result held once (the first update) that is wrong by an
+        # exact relation (× −1, zeros) says where it goes wrong first
+        leading |= {f.quantity for f in findings if f.order is None and _exact(f.short)}
     return [f for f in findings if f.quantity in leading], sorted({f.quantity for f in findings} - leading)
+
+
+def _exact(short: str) -> bool:
+    """A named factor or pattern (× −1, ÷world_size, zeros, unchanged...), not a plain difference or a count."""
+    return _telling(short) == 0 and _kind(short) != "off" and not short.startswith(("+", "−", "missing", "of another"))
 
 
 def _order(spec: Locate, path: tuple) -> int | None:
@@ -518,6 +669,7 @@ def _listed(items: list[str]) -> str:
 
 
 TIME_WORDS = ("step", "call")
+DEDUCED = "Ruled out by what is right: "  # the line of Locate.deduce, labelled apart from the wrong results
 
 
 # The launcher's words for ranks that never raised in Python (reading.ABORTED, reading.DEADLOCK), as a crash's

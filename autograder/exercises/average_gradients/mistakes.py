@@ -215,4 +215,4 @@ LOCATE = Locate(names={"grads_after": "the gradients after your call", "params_a
                        "final": "the parameters after training", "grads_before": "the gradients before your call"},
                 ignore=("forbidden", "collectives"), unchanged={"grads_after": "grads_before"},
                 positions={"grads_after": "parameter {n}", "grads_before": "parameter {n}"},
-                factors=lambda case: {"world_size": case["world_size"]})
+                factors=lambda case: {"world_size": case["world_size"]}, counts=("world_size",))

@@ -175,4 +175,6 @@ LOCATE = Locate(names={"output": "the output", "x_grad": "x's gradient", "expert
                        "router_grad": "the router's gradient", "tokens_per_expert": "the tokens per expert"},
                 positions={"expert_grads": "local expert {n}"},
                 ignore=("forward", "backward", "forbidden", "unsorted", "ungated"),
-                factors=lambda case: {"world_size": case["world_size"], "the number of experts": case["experts"]})
+                factors=lambda case: {"world_size": case["world_size"], "the number of experts": case["experts"]},
+                rows={"output": lambda case: (0, case["d"], "token row"),
+                      "x_grad": lambda case: (0, case["d"], "token row")})

@@ -177,6 +177,30 @@ MISTAKES = [
 ]
 
 # What the values are called in the exercise, and the factors a plausible mistake scales them by.
+def deduce(wrong: frozenset, right: frozenset) -> str:
+    """What the right results rule out, from the backward's dependencies: dv = pᵀ·dO needs p (from L), dq and dk
+    both need ds = p ∘ (dp − D); a result right everywhere clears what it is computed from."""
+    grads = {"dq", "dk", "dv"}
+    if "o" not in right or not wrong & grads:
+        return ""
+    if wrong & grads == {"dk"} and {"dq", "dv"} <= right:
+        return ("Only dk is wrong; o, dq and dv are right, so p, L, D and ds are too: the error is in dk's own sum "
+                "(dsᵀ·q over the query tiles, its scale or which tiles it adds).")
+    if wrong & grads == {"dq"} and {"dk", "dv"} <= right:
+        return ("Only dq is wrong; o, dk and dv are right, so p, L, D and ds are too: the error is in dq's own sum "
+                "(ds·k over the key tiles, its scale or which tiles it adds).")
+    if wrong & grads == {"dv"} and {"dq", "dk"} <= right:
+        return ("Only dv is wrong; o, dq and dk are right, so p and L are too: the error is in dv's own sum "
+                "(pᵀ·dO over the query tiles, or which tiles it adds).")
+    if wrong & grads == {"dq", "dk"} and "dv" in right:
+        return ("dq and dk are wrong while o and dv are right, so p and L are right: the error is in what dq and dk "
+                "share, ds = p ∘ (dp − D), that is in dp = dO·vᵀ or in D (the row sums of dO ∘ o).")
+    if wrong & grads == grads:
+        return ("o is right but dq, dk and dv are all wrong: the backward's p differs from the forward's (L as saved "
+                "or used, the scale or the causal mask in the backward).")
+    return ""
+
+
 LOCATE = Locate(names={"output": "o", "dq": "dq", "dk": "dk", "dv": "dv", "dtypes": "the dtype of {}"},
                 ignore=("saved", "largest_tensor", "forbidden"),
                 factors=lambda case: {"√d": math.sqrt(case["d"]), "d": case["d"]},
@@ -184,4 +208,5 @@ LOCATE = Locate(names={"output": "o", "dq": "dq", "dk": "dk", "dv": "dv", "dtype
                 rows={"output": lambda case: (case["n_q"], case["d"], "query row"),
                       "dq": lambda case: (case["n_q"], case["d"], "query row"),
                       "dk": lambda case: (case["n_k"], case["d"], "key row"),
-                      "dv": lambda case: (case["n_k"], case["d"], "key row")})
+                      "dv": lambda case: (case["n_k"], case["d"], "key row")},
+                deduce=deduce)

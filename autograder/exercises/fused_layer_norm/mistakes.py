@@ -113,6 +113,25 @@ MISTAKES = [
 ]
 
 
+def deduce(wrong: frozenset, right: frozenset) -> str:
+    """What the right results rule out: y needs mean and rstd; dx, dw and db need x̂ (from mean and rstd) and dy."""
+    stats = {"mean", "rstd"}
+    if "y" in wrong and stats <= right:
+        return "mean and rstd are right: the error is in how y is made from them (x̂·w + b, or where it is stored)."
+    if wrong & stats == {"rstd"} and "mean" in right:
+        return "mean is right but rstd is not: the error is in the variance (1/√(mean of (x − mean)² + eps))."
+    if "dx" in wrong and {"y", "dw", "db"} <= right:
+        return ("y, dw and db are right, so x̂ and dy reach the backward right: the error is in dx's own formula "
+                "(rstd·(w·dy − the mean of w·dy − x̂ · the mean of w·dy·x̂)).")
+    if wrong & {"dw", "db"} == {"dw"} and {"y", "dx", "db"} <= right:
+        return "y, dx and db are right: the error is in dw's own terms (dy·x̂ in each row, summed over the rows)."
+    if wrong & {"dw", "db"} == {"db"} and {"y", "dx", "dw"} <= right:
+        return "y, dx and dw are right: the error is in db's own terms (dy in each row, summed over the rows)."
+    if wrong & {"dw", "db"} and {"y", "dx"} <= right:
+        return "y and dx are right: the error is in how dw and db are summed over the rows."
+    return ""
+
+
 def _rows_of(case: dict) -> tuple[int, int, str]:
     return (case["rows"] if "rows" in case else math.prod(case["lead"])), case["cols"], "row"
 
@@ -121,4 +140,4 @@ def _rows_of(case: dict) -> tuple[int, int, str]:
 LOCATE = Locate(names={"y": "y", "mean": "mean", "rstd": "rstd", "dx": "dx", "dw": "dw", "db": "db"},
                 ignore=("guards",),
                 tolerance=lambda case: FP32_RTOL * 10 if case["dtype"] == "float32" else 3e-2,
-                rows={"y": _rows_of, "dx": _rows_of})
+                rows={"y": _rows_of, "dx": _rows_of}, deduce=deduce)

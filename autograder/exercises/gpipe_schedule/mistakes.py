@@ -206,5 +206,6 @@ MISTAKES = [
 
 
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+# time steps and stages numbered from 0, as the exercise text and the checks number them
 LOCATE = Locate(names={"length": "the schedule's length", "table": "the schedule table", "type": "the returned type"},
-                whole={"table": "time step"})
+                whole={"table": "time step {i}"}, entries={"table": "stage {i}"})

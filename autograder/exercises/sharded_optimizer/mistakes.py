@@ -70,6 +70,13 @@ def never_shares_the_parameters(student, reference):
     return None
 
 
+def every_rank_holds_a_stale_share(student, reference) -> bool:
+    """Never sharing leaves every rank with the parameters the others own as they were after the first step: each
+    rank holds some wrong parameter (one rank right, or one parameter stale on one rank only, is another bug)."""
+    want = _truth(reference, "adamw_two")["steps"][0]
+    return all(any(not same([got], [w]) for got, w in zip(r["steps"][0], want)) for r in _ranks(student, "adamw_two"))
+
+
 def every_rank_steps_everything(student, reference):
     share = _state_share(student, reference, "adamw_two")
     if _right(student, reference, "adamw_two") and share > 1.5:
@@ -151,7 +158,7 @@ MISTAKES = [
     Mistake("never_shares_the_parameters", "You never send the updated parameters to the other ranks.",
             "Each rank steps only its share, so the others keep stale copies and the replicas drift apart.",
             "After the local step, broadcast each parameter from its owner (or all-gather the shares).",
-            never_shares_the_parameters),
+            never_shares_the_parameters, requires=every_rank_holds_a_stale_share),
     Mistake("every_rank_steps_everything", "Every rank keeps an optimizer over all the parameters.",
             "That is plain data parallelism: the optimizer state is replicated, not sharded (ZeRO-1 saves nothing).",
             "Give each rank's optimizer only the parameters that rank owns.", every_rank_steps_everything),
@@ -184,4 +191,5 @@ MISTAKES = [
 LOCATE = Locate(names={"initial": "the initial parameters", "steps": "the parameters after each step",
                        "state_bytes": "the optimizer state's bytes on a rank"},
                 ignore=("checksums", "groups", "forbidden"),
-                factors=lambda case: {"world_size": case["world_size"]}, across=("steps",))
+                factors=lambda case: {"world_size": case["world_size"]}, across=("steps",),
+                inner={"steps": "parameter {n}"})

@@ -308,4 +308,6 @@ MISTAKES = [
 LOCATE = Locate(names={"output": "the output", "x_grad": "x's gradient", "shards": "{}", "value": "(value)",
                        "grad": "(gradient)"},
                 ignore=("forward", "backward", "forbidden"),
-                factors=lambda case: {"world_size": case["world_size"]})
+                factors=lambda case: {"world_size": case["world_size"]},
+                rows={"output": lambda case: (case["batch"], case["d_out"], "row of the batch"),
+                      "x_grad": lambda case: (case["batch"], case["d_in"], "row of the batch")})
