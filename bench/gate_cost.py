@@ -49,20 +49,22 @@ def observe_times(checkout: Path, exercise: str, times: int) -> list[float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-GATED = {"MiniFSDP": ("mini_fsdp", "memory", 7), "BucketedDDP": ("bucketed_ddp", "overlap", 5)}
+GATED = {"MiniFSDP": ("mini_fsdp", "memory", 7, "expected_gates"),
+         "BucketedDDP": ("bucketed_ddp", "overlap", 5, "expected_gates"),
+         "ShardedOptimizer": ("sharded_optimizer", "memory", 2, "expected_steps")}
 
 
 def recomputation_times(exercise: str, times: int = 5) -> list[float]:
     """The launcher's recomputation of a gated scenario's gates alone (this checkout), in this process."""
     import importlib
 
-    package, scenario, gates = GATED[exercise]
+    package, scenario, gates, recomputation = GATED[exercise]
     observer = importlib.import_module(f"autograder.exercises.{package}.observe")
     case = observer.cases(1)[scenario]
     found = []
     for _ in range(times):
         start = time.perf_counter()
-        observer.expected_gates(case)([[5] * gates] * case["world_size"])
+        getattr(observer, recomputation)(case)([[5] * gates] * case["world_size"])
         found.append(round(time.perf_counter() - start, 3))
     return found
 

@@ -58,3 +58,21 @@ def test_sample_at_gates_answers_each_rank_at_once():
     policy, meter = SampleAtGates(2), FakeMeter()
     assert [r for r, _ in policy.request(1, None, meter)] == [1]
     assert [r for r, _ in policy.request(0, None, meter)] == [0]
+
+
+@given(arrivals())
+def test_shared_seeds_are_one_per_gate_for_every_rank_in_any_order(case):
+    """Gates between steps (ShardedOptimizer): every rank computes the next step on the same gradients, so each gate
+    index has one seed whichever rank asks first; requests beyond the scenario's gates are refused and counted."""
+    world, gates, rng = case
+    policy, meter = SampleAtGates(world, gates=gates, shared=True), FakeMeter()
+    answers = {r: [] for r in range(world)}
+    order = [r for r in range(world) for _ in range(gates + 1)]
+    rng.shuffle(order)
+    for rank in order:
+        [(to, seed)] = policy.request(rank, {"digest": [0.0, 0.0]}, meter)
+        assert to == rank
+        answers[rank].append(seed)
+    assert all(policy.seeds[r] == policy.seeds[0] for r in range(world)) and len(policy.seeds[0]) == gates
+    assert all(answers[r][:gates] == policy.seeds[0] for r in range(world))
+    assert policy.refused == [1] * world

@@ -1,4 +1,5 @@
-"""Gates in the grader's own models: points of the backward pass where a rank stops to be measured (observing side).
+"""Gates in the grader's own code: points where a rank stops to be measured, and whose answers the next part of
+the computation needs (observing side).
 
 ``GradientGate()`` is an identity module. In backward, the gradient reaching it is reported to the launcher (a digest
 of it: its sum and its sum of squares) and multiplied element by element by factors in [0.5, 1.5) drawn from the
@@ -6,6 +7,10 @@ seed the launcher answers (``ranks.ask_gate``). So the rank waits there while th
 gate policies), and the gradient reaching the next gate exists only once this one was answered and the layer between
 them ran backward with those factors: no throw-away pass can compute it ahead. ``replay`` recomputes, in the
 launcher, the digests a rank's gates must report under the seeds it was given (``GatePolicy.expect``).
+
+Where a reading comes between steps or passes rather than inside a backward pass, the same holds through the data:
+``step_seed`` mixes the gate's answer into the seed of what the rank computes next (the next step's gradients, the
+backward's incoming gradient), and the launcher recomputes what each gate must report from the seeds it answered.
 """
 import torch
 from torch import nn
@@ -19,6 +24,13 @@ _replaying: list[tuple[list[int], list[list[float]]]] = []  # (seeds, digests) w
 def pause_at_gates(enabled: bool) -> None:
     """Whether the gates stop the rank (a warm-up step can run through them without asking)."""
     _paused[0] = enabled
+
+
+def step_seed(seed: int, answer: float | None) -> int:
+    """The seed of the data computed after a gate: the scenario's ``seed`` mixed with the launcher's ``answer`` there
+    (drawn after the fork: nothing in a rank predicts it), so what the next gate reads exists only once this one was
+    answered. ``seed`` itself where the scenario has no gates (``ask_gate`` answered None)."""
+    return int(seed) if answer is None else (int(seed) * 1_000_003 + int(answer)) % (1 << 62)
 
 
 def factors(seed: int, grad: torch.Tensor) -> torch.Tensor:

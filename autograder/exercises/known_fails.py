@@ -3708,6 +3708,28 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
             ),
         },
+        'answers_gates_in_advance': {
+            'always': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+            ),
+            'may': (
+                'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+            ),
+            'places': (
+            ),
+            'sizes': (
+            ),
+            'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
+        },
         'round_robin_unbalanced': {
             'always': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',

@@ -150,6 +150,9 @@ class GatePolicy:
     once this gate was answered and the layer between them really ran backward with it: a rank cannot answer a
     gate ahead of its computation and be measured while it holds little.
 
+    ``shared``: every rank gets the same seed at the same gate index (ranks that compute on common data, such as
+    the next step's gradients, which the seed draws: ``gating.step_seed``).
+
     ``gates``: how many gates each rank's model has. A request beyond them is answered at once with a seed no
     computation checks, and counted (``refused``): the rank loses the method check. ``expect(seeds)``: the grader's
     own recomputation, in the launcher once the ranks have ended, of what each rank's digests must be under the
@@ -158,9 +161,10 @@ class GatePolicy:
 
     tick_s: float | None = None  # how often ``tick`` must run while the ranks go on (None: it does nothing)
 
-    def __init__(self, world_size: int, gates: int | None = None, expect=None):
-        self.world_size, self.gates, self.expect = world_size, gates, expect
+    def __init__(self, world_size: int, gates: int | None = None, expect=None, shared: bool = False):
+        self.world_size, self.gates, self.expect, self.shared = world_size, gates, expect, shared
         self.seeds: list[list[int]] = [[] for _ in range(world_size)]
+        self.common: list[int] = []              # ``shared``: one seed per gate index, the same for every rank
         self.reached = [0] * world_size          # gates each rank has asked at
         self.refused = [0] * world_size          # requests beyond its model's gates
         self.records: list[dict] = []
@@ -169,7 +173,10 @@ class GatePolicy:
     def answer(self, rank: int, index: int) -> int:
         seeds = self.seeds[rank]
         while len(seeds) <= index:
-            seeds.append(self.random.getrandbits(SEED_BITS))
+            if self.shared:  # ranks in lockstep that must compute on the same data (a step's gradients)
+                while len(self.common) <= len(seeds):
+                    self.common.append(self.random.getrandbits(SEED_BITS))
+            seeds.append(self.common[len(seeds)] if self.shared else self.random.getrandbits(SEED_BITS))
         return seeds[index]
 
     def record(self, rank: int, request, meter: Meter) -> int | None:
@@ -219,8 +226,8 @@ class StopAllAtGates(GatePolicy):
     largest ``sent_bytes`` of that gate index) is every byte the ranks sent before that point of their computation,
     and none they send after it: all of them are stopped there."""
 
-    def __init__(self, world_size: int, gates: int | None = None, expect=None):
-        super().__init__(world_size, gates, expect)
+    def __init__(self, world_size: int, gates: int | None = None, expect=None, shared: bool = False):
+        super().__init__(world_size, gates, expect, shared)
         self.waiting: dict[int, set[int]] = {}
 
     def request(self, rank: int, request, meter: Meter) -> list[tuple[int, float]]:

@@ -219,15 +219,18 @@ def expected_at_gates(meter: dict, key: str):
     return expected.get(key) if isinstance(expected, dict) else None
 
 
-def gate_problem(meter: dict, rank: int, gates: int, reference_meter: dict) -> str | None:
+def gate_problem(meter: dict, rank: int, gates: int, reference_meter: dict,
+                 words: tuple[str, str] = ("its model's backward reaches", "a gradient its backward does not give")
+                 ) -> str | None:
     """Whether rank ``rank`` passed exactly its model's ``gates`` gates, each with the gradient the grader's own
     backward computes there under the seeds the launcher answered (meter.GatePolicy): the words that finish
     "rank 0 ..." when not. A rank that asks at a gate before its backward reaches it, or more often than the model
     has gates, fails here. The first gate's gradient comes before any seed, so the recomputation's must be the
-    reference's: a record of another scenario (the shipped public one, replayed) is not this one's."""
+    reference's: a record of another scenario (the shipped public one, replayed) is not this one's. ``words``: how
+    the scenario reaches its gates, and what a wrong digest is, in its own terms."""
     asked = len(gate_digests(meter, rank)) + int((meter["gates"].get("refused") or [0] * (rank + 1))[rank] or 0)
     if asked != gates:
-        return f"asked at the grader's pauses {asked} times where its model's backward reaches {gates}"
+        return f"asked at the grader's pauses {asked} times where {words[0]} {gates}"
     want, theirs = expected_at_gates(meter, "digests"), expected_at_gates(reference_meter, "digests")
     if not isinstance(want, list) or rank >= len(want) or not isinstance(want[rank], list) or not want[rank]:
         return "could not be checked at the grader's pauses (the grader's own recomputation failed)"
@@ -235,7 +238,7 @@ def gate_problem(meter: dict, rank: int, gates: int, reference_meter: dict) -> s
         return "has a record of the grader's pauses from another scenario than this one"
     for index, (got, right) in enumerate(zip(gate_digests(meter, rank), want[rank])):
         if not digests_close([got], [right], 1e-3):
-            return (f"reached the grader's pause {index + 1} of {gates} with a gradient its backward does not give "
+            return (f"reached the grader's pause {index + 1} of {gates} with {words[1]} "
                     "there (asked early, or with other data)")
     return None
 

@@ -181,28 +181,7 @@ def _greedy(make_local: str = _MAKE_LOCAL, share: str = _SHARE) -> str:
     return _GREEDY.replace("{MAKE_LOCAL}", make_local.strip("\\n")).replace("{SHARE}", share.strip("\\n"))
 
 
-WRONG = {
-    "every_rank_steps_everything": ('''
-class ShardedOptimizer(torch.optim.Optimizer):
-    def __init__(self, params, optimizer_cls, **kwargs):
-        self.optimizer_cls, self.kwargs, self.full = optimizer_cls, kwargs, None
-        super().__init__(params, kwargs)
-
-    def add_param_group(self, param_group):
-        super().add_param_group(param_group)
-        group = dict(self.param_groups[-1])
-        if self.full is None:
-            self.full = self.optimizer_cls([group], **self.kwargs)
-        else:
-            self.full.add_param_group(group)
-
-    def step(self, closure=None, **kwargs):
-        return self.full.step(closure, **kwargs)  # the same step on every rank: no sharding
-''', ["1/N"]),
-    # Issue 25: no sharding at all (the same gradient on every rank lets every rank step everything), and a state that
-    # looks sharded: the full optimizer hides where the grader's walk over the object does not look, the local one
-    # shows only this rank's share of its state. Only the memory measured outside the rank tells.
-    "no_sharding_balanced_looking_state": ('''
+_NO_SHARDING_BALANCED_LOOKING = '''
 _hidden = {}  # id(optimizer) -> the full optimizer, out of the object's reach
 
 
@@ -243,7 +222,78 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 for p in group["params"]:
                     self.local.state[p] = full.state[p]  # the owned share's state, shared: 1/N to the eye
         return loss
+'''
+
+_ANSWERS_GATES_IN_ADVANCE = '''
+import json
+import os
+import sys
+
+import autograder.exercises.ranks as ranks
+import autograder.exercises.sharded_optimizer.observe as grader
+
+_Unsharded = ShardedOptimizer
+
+
+def _ask(digest):
+    request, reply = ranks._gate_channel
+    os.write(request, (json.dumps({"gate": "after step", "digest": digest}) + "\\n").encode())
+    answer = b""
+    while not answer.endswith(b"\\n"):
+        answer += os.read(reply, 64)
+    return float(answer)
+
+
+class ShardedOptimizer(_Unsharded):
+    def __init__(self, params, optimizer_cls, **kwargs):
+        params = list(params)
+        super().__init__(params, optimizer_cls, **kwargs)
+        case = sys._getframe(2).f_locals.get("case")  # the grader's memory_rank, two frames up
+        if ranks._gate_channel is None or not isinstance(case, dict):
+            return
+        copies = [p.detach().clone().requires_grad_() for p in params]
+        throwaway, generator, digests = optimizer_cls(copies, **kwargs), torch.Generator(), []
+        generator.manual_seed(case["data_seed"])  # the gradients as the grader drew them before its seeds
+        for _ in range(case["steps"]):
+            edges = []
+            for p in copies:
+                p.grad = torch.empty_like(p)
+                edges.append(grader.seeded_values(p.grad, generator, 1.0))
+            throwaway.step()
+            digests.append(ranks.digest(grader.step_digest(copies, edges)))
+        del copies, throwaway
+        answers = [_ask(d) for d in digests]  # every pause now, before any state exists
+        grader.ask_gate = lambda name, tensor: answers.pop(0) if answers else None
+'''
+
+
+WRONG = {
+    "every_rank_steps_everything": ('''
+class ShardedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, optimizer_cls, **kwargs):
+        self.optimizer_cls, self.kwargs, self.full = optimizer_cls, kwargs, None
+        super().__init__(params, kwargs)
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)
+        group = dict(self.param_groups[-1])
+        if self.full is None:
+            self.full = self.optimizer_cls([group], **self.kwargs)
+        else:
+            self.full.add_param_group(group)
+
+    def step(self, closure=None, **kwargs):
+        return self.full.step(closure, **kwargs)  # the same step on every rank: no sharding
 ''', ["1/N"]),
+    # Issue 25: no sharding at all (the same gradient on every rank lets every rank step everything), and a state that
+    # looks sharded: the full optimizer hides where the grader's walk over the object does not look, the local one
+    # shows only this rank's share of its state. Only the memory measured outside the rank tells.
+    "no_sharding_balanced_looking_state": (_NO_SHARDING_BALANCED_LOOKING, ["1/N"]),
+    # Issue 37's red team: the same, and in the memory scenario it answers the grader's pauses after each step itself,
+    # in advance, before any optimizer state exists (the digests learned in a throw-away pass on copies of the
+    # parameters), and silences the grader's own requests. With scalar-free answers it held only parameters at every
+    # reading (full marks); now the second pause's digest needs the first pause's answer.
+    "answers_gates_in_advance": (_NO_SHARDING_BALANCED_LOOKING + _ANSWERS_GATES_IN_ADVANCE, ["1/N"]),
     "never_shares_the_parameters": (_greedy(share="        pass"),
                                     ["AdamW", "SGD", "same parameters", "hyperparameters", "fewer parameter"]),
     "broadcasts_from_the_wrong_owner": (_greedy(share='''

@@ -20,11 +20,15 @@ agrees: the ``memory`` scenario runs AdamW on 4 ranks over 8 tensors of 512 × 1
 the same on every rank; new seeded gradients written in place before each of 2 steps), and after each step every
 rank hands its free heap pages back (malloc_trim: pages the launching process's heap lent it would count as held,
 +16 MiB for the flat style once in a test session) and stops at a gate of the grader's loop where the launcher reads
-what it holds (``SampleAtGates``: RssAnon + RssShmem above the fork, meter.py). Between steps a sharded rank keeps
-2·P/N of AdamW state, an unsharded one 2·P. The reference observation measures, in the same batch and the same way,
-the reference (the threshold's floor) and the plain unsharded AdamW on every rank (its ceiling, and the checksums of
-the parameters after both steps: the truth, which every rank must hold, so that no rank saves memory by skipping
-work). A rank passes when it holds at most the reference's most plus half their difference. Why held between steps
+what it holds (``SampleAtGates``: RssAnon + RssShmem above the fork, meter.py). The gate's answer, a seed the
+launcher draws after the fork (one for every rank), is mixed into the next step's gradients, and the rank reports its
+parameters projected on the step's gradients: the second reading exists only once the first was answered, a rank
+asking more or fewer times than once a step loses the check, and the launcher recomputes the digests and the
+parameters after both steps with the plain AdamW (the truth, which every rank must hold, so that no rank saves
+memory by skipping work; docs/grading.md, gates between steps). Between steps a sharded rank keeps 2·P/N of AdamW
+state, an unsharded one 2·P. The reference observation measures, in the same batch and the same way, the reference
+(the threshold's floor) and the plain unsharded AdamW on every rank (its ceiling). A rank passes when it holds at
+most the reference's most plus half their difference. Why held between steps
 and not the peak: the flat style's all-gather needs full-size temporaries (its peak is above the unsharded one's),
 yet it keeps 1/N of the state; the gates read what a rank keeps. Why 4 ranks: a flat style keeps a copy of its shard
 and the shard's gradient (2·P/N more than the reference), which at 2 ranks is exactly the unsharded optimizer's

@@ -1,5 +1,5 @@
 """The checks of ``ShardedOptimizer``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, held_at_gates, rank_results, scenario
+from ..reading import case, close, expected_at_gates, gate_problem, held_at_gates, rank_results, scenario
 from .cases import CHECKSUM_RTOL, PARAM_ATOL
 
 ZERO_NOT_ALLOWED = ("Your class uses torch.distributed.optim.ZeroRedundancyOptimizer: this exercise asks you to "
@@ -38,7 +38,13 @@ def did_real_work(got: dict, want: dict) -> str | None:
 
 
 def checksums_problem(got: dict, want: dict) -> str | None:
-    truth = want["truth"]["checksums"]
+    """The memory scenario's second step ran on gradients drawn from the launcher's seed: its truth is the launcher's
+    own recomputation under the seeds it gave these ranks (``observe.expected_steps``)."""
+    truth = expected_at_gates(got.get("meter") or {"gates": {}}, "checksums")
+    truth = truth[0] if isinstance(truth, list) and truth and isinstance(truth[0], list) else None
+    if truth is None:
+        return (f"when {want['case']['what']}, the grader could not recompute the parameters after those steps (its "
+                "pauses after each step() were not reached as the scenario has them).")
     for r in got["ranks"]:
         sums = r.get("checksums") if isinstance(r, dict) else None
         if not isinstance(sums, list) or len(sums) != len(truth) or not all(
@@ -122,12 +128,26 @@ def held_between_steps(meter, c: dict) -> list[float] | None:
     return [max(h) for h in held] if held and all(len(h) == c["steps"] for h in held) else None
 
 
+def pause_problem(meter: dict, rank: int, reference) -> str | None:
+    """Whether rank ``rank`` reached the grader's pause after each step exactly once, each with the parameters that
+    step gives under the launcher's seeds (reading.gate_problem); the words that finish "rank 0 ..." when not."""
+    want = reference["scenarios"]["memory"]
+    return gate_problem(meter, rank, want["case"]["steps"], want["meter"],
+                        words=("the scenario has", "parameters its steps do not give"))
+
+
 def memory_problem(student, reference) -> str | None:
     """Every rank holds, between steps, less than the reference's ranks plus half of what the unsharded optimizer
     keeps beyond them (both measured the same way, in the same batch)."""
     c = case(reference, "memory")
     ranks_of(student, reference, "memory")
-    got = held_between_steps(scenario(student, "memory", c["what"])["meter"], c)
+    meter = scenario(student, "memory", c["what"])["meter"]
+    for rank in range(c["world_size"]):
+        problem = pause_problem(meter, rank, reference)
+        if problem:
+            return (f"When {c['what']}, rank {rank} {problem}: let only the grader's loop stop at its pauses, once "
+                    "after each step() (they measure what a rank keeps between steps).")
+    got = held_between_steps(meter, c)
     if got is None:
         return f"When {c['what']}, the grader could not read the memory of every rank after every step()."
     want = reference["scenarios"]["memory"]

@@ -9,7 +9,7 @@ same way: what the object shows can be shaped by the student, these cannot.
 from ..diagnosis import EVERY, Mistake, error_of, ran
 from ..localise import Locate
 from ..reading import DEADLOCK
-from .checks import held_between_steps, same
+from .checks import held_between_steps, pause_problem, same
 
 
 def _ranks(student, key) -> list[dict]:
@@ -94,6 +94,16 @@ def _unsharded_share_held(student, reference) -> float:
     return (max(got) - sharded) / (unsharded - sharded)
 
 
+def answers_gates_in_advance(student, reference):
+    meter = ran(student, "memory")["meter"]
+    for rank in range(reference["scenarios"]["memory"]["case"]["world_size"]):
+        problem = pause_problem(meter, rank, reference)
+        # the first pause comes before any seed: one reached with wrong parameters there is a wrong first step
+        if problem and (("asked early" in problem and "pause 1 of" not in problem) or "times where" in problem):
+            return f"rank {rank} {problem}"
+    return None
+
+
 def no_sharding_balanced_looking_state(student, reference):
     share, held = _state_share(student, reference, "adamw_two"), _unsharded_share_held(student, reference)
     n = reference["scenarios"]["memory"]["case"]["world_size"]
@@ -168,6 +178,11 @@ MISTAKES = [
             "parallelism does, so ZeRO-1 saves nothing.",
             "Keep and step only an optimizer over the parameters this rank owns, then send them to the other ranks.",
             no_sharding_balanced_looking_state),
+    Mistake("answers_gates_in_advance", "Your code asks at the grader's pauses itself, ahead of the steps they "
+            "follow, or more often than once after each step().",
+            "Each pause measures what a rank keeps between steps, and its answer draws the next step's gradients: "
+            "asked ahead, it measures a rank that has not stepped.",
+            "Never call the grader's gates yourself: let its loop stop after each step().", answers_gates_in_advance),
     Mistake("round_robin_unbalanced", "You deal the parameter tensors out round-robin, ignoring their sizes.",
             "One large tensor then makes one rank hold most of the optimizer state.",
             "Give each tensor, largest first, to the rank with the fewest elements so far.", round_robin_unbalanced),

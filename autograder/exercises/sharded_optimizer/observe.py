@@ -6,9 +6,10 @@ import torch
 import torch._dynamo  # noqa: F401  torch.optim imports it lazily (3–6 s): here, once, not in every forked rank
 from torch import nn
 
+from ..gating import in_launcher, step_seed
 from ..meter import SampleAtGates
 from ..observing import tensor_data
-from ..ranks import ask_gate, observe_on_ranks, run_on_ranks, student_call, trim_memory
+from ..ranks import ask_gate, digest, observe_on_ranks, run_on_ranks, student_call, trim_memory
 from .cases import BATCH, HIDDEN, IN, LARGE_SHAPE, LARGE_TENSORS, OUT, cases
 
 OPTIMIZERS = {           # name: (class, keyword arguments)
@@ -114,20 +115,35 @@ def train(case: dict, model: nn.Module, optimizer, added_group, step) -> list[li
     return after
 
 
-def seeded_values(out: torch.Tensor, generator: torch.Generator, std: float) -> torch.Tensor:
+def seeded_edges(shape, generator: torch.Generator, std: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The seeded draws a matrix of ``seeded_values`` is made of: a column (one per row) and a row (one per column)."""
+    rows, cols = shape
+    scale = std / 2 ** 0.5
+    return torch.randn(rows, 1, generator=generator) * scale, torch.randn(1, cols, generator=generator) * scale
+
+
+def seeded_values(out: torch.Tensor, generator: torch.Generator, std: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Seeded values written into ``out`` (a matrix) at the cost of its edges: a normal draw per row plus one per
     column, so every element differs and each is normal with ``std``. Drawing every element costs 20 times more,
-    times 4 ranks, for values whose distribution nothing here needs."""
-    rows, cols = out.shape
-    scale = std / 2 ** 0.5
-    return torch.add(torch.randn(rows, 1, generator=generator) * scale, torch.randn(1, cols, generator=generator) * scale,
-                     out=out)
+    times 4 ranks, for values whose distribution nothing here needs. Returns the edges (``step_digest``)."""
+    edges = seeded_edges(out.shape, generator, std)
+    torch.add(*edges, out=out)
+    return edges
+
+
+def step_digest(params: list[torch.Tensor], edges: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """What a rank reports at the gate after a step: each parameter projected on the step's gradient (from its edges:
+    rows · row sums + columns · column sums, float64). An AdamW step moves every element against its gradient, so
+    the projection tells a step on these gradients from one on any others, which a sum or a norm cannot."""
+    found = [float(rows.double().flatten() @ p.detach().sum(dim=1).double())
+             + float(cols.double().flatten() @ p.detach().sum(dim=0).double()) for p, (rows, cols) in zip(params, edges)]
+    return torch.tensor(found, dtype=torch.float64)
 
 
 def large_params(case: dict) -> list[nn.Parameter]:
     """The memory scenario's parameters: seeded, the same on every rank."""
     generator = torch.Generator().manual_seed(case["model_seed"])
-    return [nn.Parameter(seeded_values(torch.empty(LARGE_SHAPE), generator, 0.02)) for _ in range(LARGE_TENSORS)]
+    return [nn.Parameter(torch.add(*seeded_edges(LARGE_SHAPE, generator, 0.02))) for _ in range(LARGE_TENSORS)]
 
 
 def checksum(p: torch.Tensor) -> list[float]:
@@ -141,25 +157,59 @@ def memory_rank(rank: int, world_size: int, cls, case: dict, unsharded: bool = F
     """The memory scenario: new seeded gradients (the same on every rank, written in place), then a step, each
     time. After each step the rank stops at a gate, where the launcher reads the memory it holds (meter.py): what
     it keeps between steps, the optimizer's state, without the step's own temporaries (a flat-buffer style needs
-    full-size ones, the reference none). The gates are the grader's own, between steps, so their answers are not
-    needed. Recorded here: every tensor's checksum (the evidence of real steps), and for feedback the state bytes.
-    ``unsharded``: the plain optimizer instead of the student's class (the reference's measurement of the wrong
-    method)."""
+    full-size ones, the reference none). The gate's answer, a seed the launcher drew after the fork and gives every
+    rank alike, is mixed into the next step's gradients (``gating.step_seed``): what the next gate reads, the
+    parameters projected on that step's gradients (``step_digest``), exists only once this gate was answered, and the
+    launcher recomputes it (``expected_steps``). Recorded here: every tensor's checksum (the evidence of real steps),
+    and for feedback the state bytes. ``unsharded``: the plain optimizer instead of the student's class (the
+    reference's measurement of the wrong method)."""
     optimizer_cls, kwargs = OPTIMIZERS[case["optimizer"]]
     params = large_params(case)
     optimizer = optimizer_cls(params, **kwargs) if unsharded else \
         student_call(cls, iter(params), optimizer_cls, **kwargs)
-    generator = torch.Generator().manual_seed(case["data_seed"])
+    seed = case["data_seed"]
     for step in range(case["steps"]):
+        generator, edges = torch.Generator().manual_seed(seed), []
         for p in params:
             if p.grad is None or p.grad.shape != p.shape:
                 p.grad = torch.empty_like(p)
-            seeded_values(p.grad, generator, 1.0)
+            edges.append(seeded_values(p.grad, generator, 1.0))
         student_call(optimizer.step)
         trim_memory()  # free heap pages lent by the launching process's heap would count as held
-        ask_gate(f"after step {step + 1}", params[0][0])
+        seed = step_seed(case["data_seed"], ask_gate(f"after step {step + 1}", step_digest(params, edges)))
     return {"forbidden": uses_torch_zero(optimizer), "state_bytes": state_bytes(optimizer),
             "checksums": [checksum(p) for p in params]}
+
+
+def expected_steps(case: dict):
+    """The launcher's recomputation (meter.GatePolicy.expect): the plain optimizer's steps on the gradients the seeds
+    it answered give (the same for every rank), the digest each gate must report and the checksums after the last
+    step. Fused AdamW: the launcher's time is the grading's (a few ms a step on one thread, against 40 for the loop)."""
+    optimizer_cls, kwargs = OPTIMIZERS[case["optimizer"]]
+
+    def steps(seeds: list[int]) -> tuple[list[list[float]], list[list[float]]]:
+        params = large_params(case)
+        optimizer = optimizer_cls(params, **kwargs, **({"fused": True} if optimizer_cls is torch.optim.AdamW else {}))
+        digests, seed = [], case["data_seed"]
+        for step in range(len(seeds)):
+            generator = torch.Generator().manual_seed(seed)
+            edges = []
+            for p in params:
+                p.grad = torch.empty_like(p)
+                edges.append(seeded_values(p.grad, generator, 1.0))
+            optimizer.step()
+            digests.append(digest(step_digest(params, edges)))
+            seed = step_seed(case["data_seed"], seeds[step])
+        return digests, [checksum(p) for p in params]
+
+    def expect(seeds: list[list[int]]) -> dict:
+        done: dict[tuple, tuple] = {}  # the seeds are shared: one recomputation serves every rank
+        for rank_seeds in seeds:
+            if tuple(rank_seeds) not in done:
+                done[tuple(rank_seeds)] = steps(rank_seeds)
+        found = [done[tuple(rank_seeds)] for rank_seeds in seeds]
+        return {"digests": [f[0] for f in found], "checksums": [f[1] for f in found]}
+    return in_launcher(expect)
 
 
 def sharded_rank(rank: int, world_size: int, cls, case: dict, with_unsharded: bool = False) -> dict:
@@ -192,7 +242,9 @@ def reference_rank(rank: int, world_size: int, cls, case: dict) -> dict:
 
 
 def gates_of(case: dict):
-    return SampleAtGates(case["world_size"]) if case["model"] == "large" else None
+    if case["model"] != "large":
+        return None
+    return SampleAtGates(case["world_size"], gates=case["steps"], expect=expected_steps(case), shared=True)
 
 
 def observe(fn, *, salt: int = 0) -> dict:
@@ -204,12 +256,13 @@ def unsharded_memory_rank(rank: int, world_size: int, cls, case: dict) -> dict:
 
 
 def unsharded_memory(fn, case: dict) -> dict:
-    """The memory scenario with the plain, unsharded optimizer on every rank, measured the same way: its
-    checksums (the ground truth) and what its ranks hold between steps (the wrong method's, for the threshold)."""
+    """The memory scenario with the plain, unsharded optimizer on every rank, measured the same way: what its ranks
+    hold between steps (the wrong method's, for the threshold). Its parameters after the second step depend on the
+    launcher's seeds; every observation's own are its meter's recomputation (``expected_steps``)."""
     found = run_on_ranks(unsharded_memory_rank, case["world_size"], fn, case, gates=gates_of(case))
     if "error" in found:
         raise RuntimeError(f"the unsharded optimizer failed when {case['what']}: {found['error']}")
-    return {"checksums": found["ranks"][0]["checksums"], "meter": found["meter"]}
+    return {"meter": found["meter"]}
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
