@@ -68,7 +68,7 @@ if p.grad is not None:
 if p.grad is not None and p.dim() > 1:
     dist.all_reduce(p.grad)
     p.grad /= world_size
-'''), ["the gradients after your call: wrong", "parameter 2"], True),
+'''), ["the gradients after your call: wrong", "parameter hidden.bias", "right on parameter hidden.weight"], True),
     "zero_stage2_shards_only_optimizer": ("zero_memory_per_rank", zero.CORRECT["if_chain"].replace(
         "return w * psi + (g + k) * psi / n", "return w * psi + g * psi + k * psi / n"),
         ["the bytes per rank: wrong", "stage 2"]),

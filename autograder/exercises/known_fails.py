@@ -1635,6 +1635,30 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dq',
                 'o',
             ),
+            'certain_places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dk @ large_logits',
+                'dk @ plain',
+                'dk @ ragged',
+                'dq @ bf16',
+                'dq @ causal',
+                'dq @ large_logits',
+                'dq @ memory',
+                'dq @ plain',
+                'dq @ ragged',
+                'o @ bf16',
+                'o @ causal',
+                'o @ large_logits',
+                'o @ memory',
+                'o @ plain',
+                'o @ ragged',
+                'sketch dk @ memory',
+                'sketch dq @ memory',
+                'sketch o @ memory',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
                 'Forward + backward never hold an n_q × n_k matrix (peak memory, measured outside your process)',
@@ -1702,6 +1726,36 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dq',
                 'dv',
                 'o',
+            ),
+            'certain_places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dk @ large_logits',
+                'dk @ plain',
+                'dk @ ragged',
+                'dq @ bf16',
+                'dq @ causal',
+                'dq @ large_logits',
+                'dq @ memory',
+                'dq @ plain',
+                'dq @ ragged',
+                'dv @ bf16',
+                'dv @ causal',
+                'dv @ large_logits',
+                'dv @ plain',
+                'dv @ ragged',
+                'o @ bf16',
+                'o @ causal',
+                'o @ large_logits',
+                'o @ memory',
+                'o @ plain',
+                'o @ ragged',
+                'sketch dk @ memory',
+                'sketch dq @ memory',
+                'sketch dv @ memory',
+                'sketch o @ memory',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -1775,6 +1829,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dv',
                 'o',
             ),
+            'certain_places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dq @ bf16',
+                'dq @ causal',
+                'dv @ bf16',
+                'dv @ causal',
+                'o @ bf16',
+                'o @ causal',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
@@ -1814,6 +1880,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dv',
                 'o',
             ),
+            'certain_places': (
+                'dk @ large_logits',
+                'dq @ large_logits',
+                'dv @ large_logits',
+                'o @ large_logits',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Scores near 100 do not overflow (output and gradients)',
             ),
@@ -1850,6 +1924,26 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dq',
                 'dv',
                 'o',
+            ),
+            'certain_places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dk @ large_logits',
+                'dk @ ragged',
+                'dq @ bf16',
+                'dq @ causal',
+                'dq @ large_logits',
+                'dq @ ragged',
+                'dv @ bf16',
+                'dv @ causal',
+                'dv @ large_logits',
+                'dv @ ragged',
+                'o @ bf16',
+                'o @ causal',
+                'o @ large_logits',
+                'o @ ragged',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -1902,6 +1996,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dk',
                 'dq',
             ),
+            'certain_places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dk @ large_logits',
+                'dk @ plain',
+                'dk @ ragged',
+                'dq @ bf16',
+                'dq @ causal',
+                'dq @ large_logits',
+                'dq @ memory',
+                'dq @ plain',
+                'dq @ ragged',
+                'sketch dk @ memory',
+                'sketch dq @ memory',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
                 'Lengths not multiples of the tile, n_q ≠ n_k, one leading dimension',
@@ -1951,6 +2062,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dk',
                 'dq',
                 'dv',
+            ),
+            'certain_places': (
+                'dk @ bf16',
+                'dk @ causal',
+                'dk @ large_logits',
+                'dk @ plain',
+                'dk @ ragged',
+                'dq @ bf16',
+                'dq @ causal',
+                'dq @ large_logits',
+                'dq @ memory',
+                'dq @ plain',
+                'dq @ ragged',
+                'dv @ bf16',
+                'dv @ causal',
+                'dv @ large_logits',
+                'dv @ plain',
+                'dv @ ragged',
+                'sketch dk @ memory',
+                'sketch dq @ memory',
+                'sketch dv @ memory',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -2008,6 +2142,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the dtype of o',
             ),
+            'certain_places': (
+                'the dtype of o @ bf16',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
             ),
@@ -2030,6 +2169,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Forward + backward never hold an n_q × n_k matrix (peak memory, measured outside your process)',
                 'Saves q, k, v, o and L for backward, nothing of size n_q × n_k',
@@ -2049,6 +2192,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Saves q, k, v, o and L for backward, nothing of size n_q × n_k',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Forward + backward never hold an n_q × n_k matrix (peak memory, measured outside your process)',
@@ -2075,6 +2222,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'bfloat16 inputs give bfloat16 results within bf16 round-off',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -2109,6 +2260,16 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'dq',
                 'o',
+            ),
+            'certain_places': (
+                'dq @ memory',
+                'o @ memory',
+                'sketch dk @ memory',
+                'sketch dq @ memory',
+                'sketch dv @ memory',
+                'sketch o @ memory',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Causal: query i sees keys j ≤ i (output and gradients)',
@@ -2154,6 +2315,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'always': (
                 'Names every rank that has not entered the collective, and no other',
             ),
+            'certain': (
+                'the report (the ranks named missing)',
+            ),
+            'certain_places': (
+                'the report (the ranks named missing) @ stalled',
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 0",
+                "the report (each rank's last collective) @ rank 1",
+                "the report (each rank's last collective) @ rank 2",
+                "the report (each rank's last collective) @ rank 3",
+                'the report (the ranks named missing) @ rank 3',
+            ),
             'may': (
                 'Names every rank that has not entered the collective, and no other',
             ),
@@ -2168,23 +2342,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
+        },
+        'blames_rank_0': {
+            'always': (
+                'Names every rank that has not entered the collective, and no other',
+            ),
             'certain': (
                 'the report (the ranks named missing)',
             ),
             'certain_places': (
                 'the report (the ranks named missing) @ stalled',
+                'the report (the ranks named missing) @ two_groups',
             ),
             'right_parts': (
                 "the report (each rank's last collective) @ rank 0",
                 "the report (each rank's last collective) @ rank 1",
                 "the report (each rank's last collective) @ rank 2",
                 "the report (each rank's last collective) @ rank 3",
-                'the report (the ranks named missing) @ rank 3',
-            ),
-        },
-        'blames_rank_0': {
-            'always': (
-                'Names every rank that has not entered the collective, and no other',
             ),
             'may': (
                 'Names every rank that has not entered the collective, and no other',
@@ -2202,25 +2376,25 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
-            'certain': (
-                'the report (the ranks named missing)',
-            ),
-            'certain_places': (
-                'the report (the ranks named missing) @ stalled',
-                'the report (the ranks named missing) @ two_groups',
-            ),
-            'right_parts': (
-                "the report (each rank's last collective) @ rank 0",
-                "the report (each rank's last collective) @ rank 1",
-                "the report (each rank's last collective) @ rank 2",
-                "the report (each rank's last collective) @ rank 3",
-            ),
         },
         'never_waits': {
             'always': (
                 "Keeps each process group's sequence numbers apart",
                 "Reports each rank's last collective: its sequence number and kind",
                 'Waits up to the deadline: a rank that arrives in time is not named',
+            ),
+            'certain': (
+                "the report (each rank's last collective)",
+                'the report (the ranks named missing)',
+            ),
+            'certain_places': (
+                "the report (each rank's last collective) @ stalled",
+                'the report (the ranks named missing) @ desync',
+                'the report (the ranks named missing) @ stalled',
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 1",
             ),
             'may': (
                 "Keeps each process group's sequence numbers apart",
@@ -2245,19 +2419,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
-            'certain': (
-                "the report (each rank's last collective)",
-                'the report (the ranks named missing)',
-            ),
-            'certain_places': (
-                "the report (each rank's last collective) @ stalled",
-                'the report (the ranks named missing) @ desync',
-                'the report (the ranks named missing) @ stalled',
-                'the report (the ranks named missing) @ two_groups',
-            ),
-            'right_parts': (
-                "the report (each rank's last collective) @ rank 1",
-            ),
         },
         'blocks_forever': {
             'always': (
@@ -2267,6 +2428,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Returns by its deadline while ranks are missing (never blocks itself)',
                 'Waits up to the deadline: a rank that arrives in time is not named',
             ),
+            'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 0",
+                "the report (each rank's last collective) @ rank 1",
+                "the report (each rank's last collective) @ rank 2",
+                "the report (each rank's last collective) @ rank 3",
+                'the report (the ranks named missing) @ rank 0',
+                'the report (the ranks named missing) @ rank 1',
+                'the report (the ranks named missing) @ rank 2',
+                'the report (the ranks named missing) @ rank 3',
+            ),
             'may': (
                 "Keeps each process group's sequence numbers apart",
                 'Names every rank that has not entered the collective, and no other',
@@ -2283,6 +2458,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
+        },
+        'gets_without_checking': {
+            'always': (
+                "Keeps each process group's sequence numbers apart",
+                'Names every rank that has not entered the collective, and no other',
+                'Returns by its deadline while ranks are missing (never blocks itself)',
+            ),
             'certain': (
             ),
             'certain_places': (
@@ -2296,13 +2478,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the report (the ranks named missing) @ rank 1',
                 'the report (the ranks named missing) @ rank 2',
                 'the report (the ranks named missing) @ rank 3',
-            ),
-        },
-        'gets_without_checking': {
-            'always': (
-                "Keeps each process group's sequence numbers apart",
-                'Names every rank that has not entered the collective, and no other',
-                'Returns by its deadline while ranks are missing (never blocks itself)',
             ),
             'may': (
                 "Keeps each process group's sequence numbers apart",
@@ -2318,25 +2493,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
-            'certain': (
-            ),
-            'certain_places': (
-            ),
-            'right_parts': (
-                "the report (each rank's last collective) @ rank 0",
-                "the report (each rank's last collective) @ rank 1",
-                "the report (each rank's last collective) @ rank 2",
-                "the report (each rank's last collective) @ rank 3",
-                'the report (the ranks named missing) @ rank 0',
-                'the report (the ranks named missing) @ rank 1',
-                'the report (the ranks named missing) @ rank 2',
-                'the report (the ranks named missing) @ rank 3',
-            ),
         },
         'one_counter_for_all_groups': {
             'always': (
                 "Keeps each process group's sequence numbers apart",
                 'Names every rank that has not entered the collective, and no other',
+            ),
+            'certain': (
+                "the report (each rank's last collective)",
+                'the report (the ranks named missing)',
+            ),
+            'certain_places': (
+                "the report (each rank's last collective) @ two_groups",
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 2",
+                'the report (the ranks named missing) @ rank 0',
+                'the report (the ranks named missing) @ rank 2',
             ),
             'may': (
                 "Keeps each process group's sequence numbers apart",
@@ -2357,23 +2531,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
                 "the report (each rank's last collective): larger",
             ),
-            'certain': (
-                "the report (each rank's last collective)",
-                'the report (the ranks named missing)',
-            ),
-            'certain_places': (
-                "the report (each rank's last collective) @ two_groups",
-                'the report (the ranks named missing) @ two_groups',
-            ),
-            'right_parts': (
-                "the report (each rank's last collective) @ rank 2",
-                'the report (the ranks named missing) @ rank 0',
-                'the report (the ranks named missing) @ rank 2',
-            ),
         },
         'ignores_group_name': {
             'always': (
                 "Keeps each process group's sequence numbers apart",
+            ),
+            'certain': (
+                "the report (each rank's last collective)",
+            ),
+            'certain_places': (
+                "the report (each rank's last collective) @ two_groups",
+            ),
+            'right_parts': (
+                'the report (the ranks named missing) @ rank 2',
             ),
             'may': (
                 "Keeps each process group's sequence numbers apart",
@@ -2394,15 +2564,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
-            'certain': (
-                "the report (each rank's last collective)",
-            ),
-            'certain_places': (
-                "the report (each rank's last collective) @ two_groups",
-            ),
-            'right_parts': (
-                'the report (the ranks named missing) @ rank 2',
-            ),
         },
         'does_nothing': {
             'always': (
@@ -2411,6 +2572,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "Reports each rank's last collective: its sequence number and kind",
                 'Returns by its deadline while ranks are missing (never blocks itself)',
                 'Waits up to the deadline: a rank that arrives in time is not named',
+            ),
+            'certain': (
+                'the report (the ranks named missing)',
+            ),
+            'certain_places': (
+                'the report (the ranks named missing) @ stalled',
+                'the report (the ranks named missing) @ two_groups',
+            ),
+            'right_parts': (
+                "the report (each rank's last collective) @ rank 0",
+                "the report (each rank's last collective) @ rank 1",
+                "the report (each rank's last collective) @ rank 2",
+                "the report (each rank's last collective) @ rank 3",
             ),
             'may': (
                 "Keeps each process group's sequence numbers apart",
@@ -2430,19 +2604,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the report (the ranks named missing) @ two_groups',
             ),
             'sizes': (
-            ),
-            'certain': (
-                'the report (the ranks named missing)',
-            ),
-            'certain_places': (
-                'the report (the ranks named missing) @ stalled',
-                'the report (the ranks named missing) @ two_groups',
-            ),
-            'right_parts': (
-                "the report (each rank's last collective) @ rank 0",
-                "the report (each rank's last collective) @ rank 1",
-                "the report (each rank's last collective) @ rank 2",
-                "the report (each rank's last collective) @ rank 3",
             ),
         },
     },
@@ -3712,6 +3873,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'always': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
             ),
+            'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Each rank keeps optimizer state for about 1/N of the parameters (2 and 3 ranks; memory measured on 4)',
             ),
@@ -3722,12 +3889,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'places': (
             ),
             'sizes': (
-            ),
-            'certain': (
-            ),
-            'certain_places': (
-            ),
-            'right_parts': (
             ),
         },
         'round_robin_unbalanced': {
@@ -3929,6 +4090,39 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output',
                 "x's gradient",
             ),
+            'certain_places': (
+                'fc1.bias (gradient) @ three_ranks',
+                'fc1.bias (gradient) @ two_ranks',
+                'fc1.weight (gradient) @ three_ranks',
+                'fc1.weight (gradient) @ two_ranks',
+                'fc2.weight (gradient) @ three_ranks',
+                'fc2.weight (gradient) @ two_ranks',
+                'sketch the output @ traffic',
+                "sketch x's gradient @ traffic",
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
+                'fc1.bias (value) @ rank 0',
+                'fc1.bias (value) @ rank 1',
+                'fc1.bias (value) @ rank 2',
+                'fc1.weight (value) @ rank 0',
+                'fc1.weight (value) @ rank 1',
+                'fc1.weight (value) @ rank 2',
+                'fc2.bias (gradient) @ rank 0',
+                'fc2.bias (gradient) @ rank 1',
+                'fc2.bias (gradient) @ rank 2',
+                'fc2.bias (value) @ rank 0',
+                'fc2.bias (value) @ rank 1',
+                'fc2.bias (value) @ rank 2',
+                'fc2.weight (value) @ rank 0',
+                'fc2.weight (value) @ rank 1',
+                'fc2.weight (value) @ rank 2',
+            ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -3984,6 +4178,43 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 "x's gradient",
             ),
+            'certain_places': (
+                "sketch x's gradient @ traffic",
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
+                'fc1.bias (gradient) @ rank 0',
+                'fc1.bias (gradient) @ rank 1',
+                'fc1.bias (gradient) @ rank 2',
+                'fc1.bias (value) @ rank 0',
+                'fc1.bias (value) @ rank 1',
+                'fc1.bias (value) @ rank 2',
+                'fc1.weight (gradient) @ rank 0',
+                'fc1.weight (gradient) @ rank 1',
+                'fc1.weight (gradient) @ rank 2',
+                'fc1.weight (value) @ rank 0',
+                'fc1.weight (value) @ rank 1',
+                'fc1.weight (value) @ rank 2',
+                'fc2.bias (gradient) @ rank 0',
+                'fc2.bias (gradient) @ rank 1',
+                'fc2.bias (gradient) @ rank 2',
+                'fc2.bias (value) @ rank 0',
+                'fc2.bias (value) @ rank 1',
+                'fc2.bias (value) @ rank 2',
+                'fc2.weight (gradient) @ rank 0',
+                'fc2.weight (gradient) @ rank 1',
+                'fc2.weight (gradient) @ rank 2',
+                'fc2.weight (value) @ rank 0',
+                'fc2.weight (value) @ rank 1',
+                'fc2.weight (value) @ rank 2',
+                'sketch the output @ rank 0',
+                'sketch the output @ rank 1',
+                'the output @ rank 0',
+                'the output @ rank 1',
+                'the output @ rank 2',
+            ),
             'may': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
                 'Output, x.grad and shard gradients are right on 3 ranks',
@@ -4020,6 +4251,40 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'fc1.weight (gradient)',
                 'fc2.weight (gradient)',
                 "x's gradient",
+            ),
+            'certain_places': (
+                'fc1.bias (gradient) @ three_ranks',
+                'fc1.bias (gradient) @ two_ranks',
+                'fc1.weight (gradient) @ three_ranks',
+                'fc1.weight (gradient) @ two_ranks',
+                'fc2.weight (gradient) @ three_ranks',
+                'fc2.weight (gradient) @ two_ranks',
+                "sketch x's gradient @ traffic",
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
+                'fc1.bias (value) @ rank 0',
+                'fc1.bias (value) @ rank 1',
+                'fc1.bias (value) @ rank 2',
+                'fc1.weight (value) @ rank 0',
+                'fc1.weight (value) @ rank 1',
+                'fc1.weight (value) @ rank 2',
+                'fc2.bias (gradient) @ rank 0',
+                'fc2.bias (gradient) @ rank 1',
+                'fc2.bias (gradient) @ rank 2',
+                'fc2.bias (value) @ rank 0',
+                'fc2.bias (value) @ rank 1',
+                'fc2.bias (value) @ rank 2',
+                'fc2.weight (value) @ rank 0',
+                'fc2.weight (value) @ rank 1',
+                'fc2.weight (value) @ rank 2',
+                'sketch the output @ rank 0',
+                'sketch the output @ rank 1',
+                'the output @ rank 0',
+                'the output @ rank 1',
+                'the output @ rank 2',
             ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
@@ -4075,6 +4340,42 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output',
                 "x's gradient",
             ),
+            'certain_places': (
+                'sketch the output @ traffic',
+                "sketch x's gradient @ traffic",
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
+                'fc1.bias (gradient) @ rank 0',
+                'fc1.bias (gradient) @ rank 1',
+                'fc1.bias (gradient) @ rank 2',
+                'fc1.bias (value) @ rank 0',
+                'fc1.bias (value) @ rank 1',
+                'fc1.bias (value) @ rank 2',
+                'fc1.weight (gradient) @ rank 0',
+                'fc1.weight (gradient) @ rank 1',
+                'fc1.weight (gradient) @ rank 2',
+                'fc1.weight (value) @ rank 0',
+                'fc1.weight (value) @ rank 1',
+                'fc1.weight (value) @ rank 2',
+                'fc2.bias (gradient) @ rank 0',
+                'fc2.bias (gradient) @ rank 1',
+                'fc2.bias (gradient) @ rank 2',
+                'fc2.bias (value) @ rank 0',
+                'fc2.bias (value) @ rank 1',
+                'fc2.bias (value) @ rank 2',
+                'fc2.weight (gradient) @ rank 0',
+                'fc2.weight (gradient) @ rank 1',
+                'fc2.weight (gradient) @ rank 2',
+                'fc2.weight (value) @ rank 0',
+                'fc2.weight (value) @ rank 1',
+                'fc2.weight (value) @ rank 2',
+            ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -4121,6 +4422,43 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the output',
             ),
+            'certain_places': (
+                'sketch the output @ traffic',
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+            ),
+            'right_parts': (
+                'fc1.bias (gradient) @ rank 0',
+                'fc1.bias (gradient) @ rank 1',
+                'fc1.bias (gradient) @ rank 2',
+                'fc1.bias (value) @ rank 0',
+                'fc1.bias (value) @ rank 1',
+                'fc1.bias (value) @ rank 2',
+                'fc1.weight (gradient) @ rank 0',
+                'fc1.weight (gradient) @ rank 1',
+                'fc1.weight (gradient) @ rank 2',
+                'fc1.weight (value) @ rank 0',
+                'fc1.weight (value) @ rank 1',
+                'fc1.weight (value) @ rank 2',
+                'fc2.bias (gradient) @ rank 0',
+                'fc2.bias (gradient) @ rank 1',
+                'fc2.bias (gradient) @ rank 2',
+                'fc2.bias (value) @ rank 0',
+                'fc2.bias (value) @ rank 1',
+                'fc2.bias (value) @ rank 2',
+                'fc2.weight (gradient) @ rank 0',
+                'fc2.weight (gradient) @ rank 1',
+                'fc2.weight (gradient) @ rank 2',
+                'fc2.weight (value) @ rank 0',
+                'fc2.weight (value) @ rank 1',
+                'fc2.weight (value) @ rank 2',
+                "sketch x's gradient @ rank 0",
+                "sketch x's gradient @ rank 1",
+                "x's gradient @ rank 0",
+                "x's gradient @ rank 1",
+                "x's gradient @ rank 2",
+            ),
             'may': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
@@ -4163,6 +4501,36 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'fc2.weight (value)',
                 'the output',
                 "x's gradient",
+            ),
+            'certain_places': (
+                'fc1.bias (gradient) @ three_ranks',
+                'fc1.bias (gradient) @ two_ranks',
+                'fc1.bias (value) @ three_ranks',
+                'fc1.bias (value) @ two_ranks',
+                'fc1.weight (gradient) @ three_ranks',
+                'fc1.weight (gradient) @ two_ranks',
+                'fc1.weight (value) @ three_ranks',
+                'fc1.weight (value) @ two_ranks',
+                'fc2.weight (gradient) @ three_ranks',
+                'fc2.weight (gradient) @ two_ranks',
+                'fc2.weight (value) @ three_ranks',
+                'fc2.weight (value) @ two_ranks',
+                'sketch the output @ traffic',
+                "sketch x's gradient @ traffic",
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
+                'fc2.bias (gradient) @ rank 0',
+                'fc2.bias (gradient) @ rank 1',
+                'fc2.bias (gradient) @ rank 2',
+                'fc2.bias (value) @ rank 0',
+                'fc2.bias (value) @ rank 1',
+                'fc2.bias (value) @ rank 2',
             ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
@@ -4236,6 +4604,24 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output',
                 "x's gradient",
             ),
+            'certain_places': (
+                'sketch the output @ traffic',
+                "sketch x's gradient @ traffic",
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
+                'fc2.bias (gradient) @ rank 0',
+                'fc2.bias (gradient) @ rank 1',
+                'fc2.bias (gradient) @ rank 2',
+                'fc2.bias (value) @ rank 0',
+                'fc2.bias (value) @ rank 1',
+                'fc2.bias (value) @ rank 2',
+            ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -4282,6 +4668,42 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the output',
                 "x's gradient",
             ),
+            'certain_places': (
+                'sketch the output @ traffic',
+                "sketch x's gradient @ traffic",
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
+                'fc1.bias (gradient) @ rank 0',
+                'fc1.bias (gradient) @ rank 1',
+                'fc1.bias (gradient) @ rank 2',
+                'fc1.bias (value) @ rank 0',
+                'fc1.bias (value) @ rank 1',
+                'fc1.bias (value) @ rank 2',
+                'fc1.weight (gradient) @ rank 0',
+                'fc1.weight (gradient) @ rank 1',
+                'fc1.weight (gradient) @ rank 2',
+                'fc1.weight (value) @ rank 0',
+                'fc1.weight (value) @ rank 1',
+                'fc1.weight (value) @ rank 2',
+                'fc2.bias (gradient) @ rank 0',
+                'fc2.bias (gradient) @ rank 1',
+                'fc2.bias (gradient) @ rank 2',
+                'fc2.bias (value) @ rank 0',
+                'fc2.bias (value) @ rank 1',
+                'fc2.bias (value) @ rank 2',
+                'fc2.weight (gradient) @ rank 0',
+                'fc2.weight (gradient) @ rank 1',
+                'fc2.weight (gradient) @ rank 2',
+                'fc2.weight (value) @ rank 0',
+                'fc2.weight (value) @ rank 1',
+                'fc2.weight (value) @ rank 2',
+            ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -4322,6 +4744,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
             ),
@@ -4340,6 +4766,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Exactly one all-reduce in the forward pass (g; bytes measured outside your ranks)',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -4363,6 +4793,43 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the output',
+            ),
+            'certain_places': (
+                'sketch the output @ traffic',
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+            ),
+            'right_parts': (
+                'fc1.bias (gradient) @ rank 0',
+                'fc1.bias (gradient) @ rank 1',
+                'fc1.bias (gradient) @ rank 2',
+                'fc1.bias (value) @ rank 0',
+                'fc1.bias (value) @ rank 1',
+                'fc1.bias (value) @ rank 2',
+                'fc1.weight (gradient) @ rank 0',
+                'fc1.weight (gradient) @ rank 1',
+                'fc1.weight (gradient) @ rank 2',
+                'fc1.weight (value) @ rank 0',
+                'fc1.weight (value) @ rank 1',
+                'fc1.weight (value) @ rank 2',
+                'fc2.bias (gradient) @ rank 0',
+                'fc2.bias (gradient) @ rank 1',
+                'fc2.bias (gradient) @ rank 2',
+                'fc2.bias (value) @ rank 0',
+                'fc2.bias (value) @ rank 1',
+                'fc2.bias (value) @ rank 2',
+                'fc2.weight (gradient) @ rank 0',
+                'fc2.weight (gradient) @ rank 1',
+                'fc2.weight (gradient) @ rank 2',
+                'fc2.weight (value) @ rank 0',
+                'fc2.weight (value) @ rank 1',
+                'fc2.weight (value) @ rank 2',
+                "sketch x's gradient @ rank 0",
+                "sketch x's gradient @ rank 1",
+                "x's gradient @ rank 0",
+                "x's gradient @ rank 1",
+                "x's gradient @ rank 2",
             ),
             'may': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -4400,6 +4867,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the output',
                 "x's gradient",
+            ),
+            'certain_places': (
+                'sketch the output @ traffic',
+                "sketch x's gradient @ traffic",
+                'the output @ three_ranks',
+                'the output @ traffic',
+                'the output @ two_ranks',
+                "x's gradient @ three_ranks",
+                "x's gradient @ traffic",
+                "x's gradient @ two_ranks",
+            ),
+            'right_parts': (
             ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
@@ -4447,6 +4926,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -4478,6 +4961,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 "Each shard's gradient is its slice of the single-process gradient (2 ranks)",
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -4504,6 +4991,34 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Output, x.grad and shard gradients are right on 3 ranks',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                'fc1.bias (gradient) @ rank 0',
+                'fc1.bias (gradient) @ rank 1',
+                'fc1.bias (value) @ rank 0',
+                'fc1.bias (value) @ rank 1',
+                'fc1.weight (gradient) @ rank 0',
+                'fc1.weight (gradient) @ rank 1',
+                'fc1.weight (value) @ rank 0',
+                'fc1.weight (value) @ rank 1',
+                'fc2.bias (gradient) @ rank 0',
+                'fc2.bias (gradient) @ rank 1',
+                'fc2.bias (value) @ rank 0',
+                'fc2.bias (value) @ rank 1',
+                'fc2.weight (gradient) @ rank 0',
+                'fc2.weight (gradient) @ rank 1',
+                'fc2.weight (value) @ rank 0',
+                'fc2.weight (value) @ rank 1',
+                'sketch the output @ rank 0',
+                'sketch the output @ rank 1',
+                "sketch x's gradient @ rank 0",
+                "sketch x's gradient @ rank 1",
+                'the output @ rank 0',
+                'the output @ rank 1',
+                "x's gradient @ rank 0",
+                "x's gradient @ rank 1",
             ),
             'may': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -4578,6 +5093,23 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'The autograd Function: o, dq, dk and dv of a causal (batch, heads, n, d) call',
                 'bfloat16 inputs: L in float32, o within bf16 round-off',
             ),
+            'certain': (
+                'L',
+                'dk',
+                'dq',
+                'dv',
+            ),
+            'certain_places': (
+                'L @ bf16',
+                'L @ causal',
+                'L @ causal_tiles',
+                'L @ full',
+                'dk @ function',
+                'dq @ function',
+                'dv @ function',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 "Causal tiles: no key tile after the diagonal is loaded (the grader's NaN there)",
                 'Causal: each query attends to the keys up to its own position, the diagonal included',
@@ -4607,23 +5139,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'dv @ function',
             ),
             'sizes': (
-            ),
-            'certain': (
-                'L',
-                'dk',
-                'dq',
-                'dv',
-            ),
-            'certain_places': (
-                'L @ bf16',
-                'L @ causal',
-                'L @ causal_tiles',
-                'L @ full',
-                'dk @ function',
-                'dq @ function',
-                'dv @ function',
-            ),
-            'right_parts': (
             ),
         },
         'causal_mask_off_by_one': {
@@ -4964,9 +5479,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
             ),
-            'certain': (
-                'the gradients after your call',
-            ),
             'may': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
@@ -5006,15 +5518,35 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
                 'the gradients after your call: larger',
             ),
+            'certain': (
+                'the gradients after your call',
+            ),
+            'certain_places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'right_parts': (
+                'the gradients before your call @ parameter unused.bias',
+                'the gradients before your call @ parameter unused.weight',
+            ),
         },
         'divides_twice': {
             'always': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
-            ),
-            'certain': (
-                'the gradients after your call',
             ),
             'may': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
@@ -5055,13 +5587,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
                 'the gradients after your call: smaller',
             ),
+            'certain': (
+                'the gradients after your call',
+            ),
+            'certain_places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'right_parts': (
+                'the gradients before your call @ parameter unused.bias',
+                'the gradients before your call @ parameter unused.weight',
+            ),
         },
         'hard_coded_two': {
             'always': (
                 'Uses the real world size (3 ranks)',
-            ),
-            'certain': (
-                'the gradients after your call',
             ),
             'may': (
                 'Uses the real world size (3 ranks)',
@@ -5076,6 +5628,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'params_before: off',
                 'the gradients after your call: off',
+                'the gradients after your call: ×world_size/(world_size − 1)',
                 'the gradients before your call: off',
                 'the parameters after training: off',
                 'the parameters after your call: off',
@@ -5090,15 +5643,26 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
                 'the gradients after your call: larger',
             ),
+            'certain': (
+                'the gradients after your call',
+            ),
+            'certain_places': (
+                'params_before @ three_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients before your call @ three_ranks',
+                'the parameters after training @ three_ranks',
+                'the parameters after your call @ three_ranks',
+            ),
+            'right_parts': (
+                'the gradients before your call @ parameter unused.bias',
+                'the gradients before your call @ parameter unused.weight',
+            ),
         },
         'divides_by_a_constant': {
             'always': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
-            ),
-            'certain': (
-                'the gradients after your call',
             ),
             'may': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
@@ -5115,6 +5679,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'signs': (
                 'params_before: off',
                 'the gradients after your call: off',
+                'the gradients after your call: ÷(world_size + 1)/world_size',
                 'the gradients after your call: ÷world_size',
                 'the gradients before your call: off',
                 'the parameters after training: off',
@@ -5139,15 +5704,35 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
                 'the gradients after your call: smaller',
             ),
+            'certain': (
+                'the gradients after your call',
+            ),
+            'certain_places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'right_parts': (
+                'the gradients before your call @ parameter unused.bias',
+                'the gradients before your call @ parameter unused.weight',
+            ),
         },
         'broadcasts_rank_zero': {
             'always': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
-            ),
-            'certain': (
-                'the gradients after your call',
             ),
             'may': (
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
@@ -5163,7 +5748,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'signs': (
                 'params_before: off',
-                'the gradients after your call: off',
+                "the gradients after your call: rank 0's values",
                 'the gradients after your call: unchanged',
                 'the gradients before your call: off',
                 'the parameters after training: off',
@@ -5187,6 +5772,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
+            'certain': (
+                'the gradients after your call',
+            ),
+            'certain_places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'right_parts': (
+                'the gradients before your call @ parameter unused.bias',
+                'the gradients before your call @ parameter unused.weight',
+            ),
         },
         'reduces_to_rank_zero': {
             'always': (
@@ -5194,9 +5802,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'The gradient is the average: the sum over ranks divided by the world size (2 ranks)',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
-            ),
-            'certain': (
-                'the gradients after your call',
             ),
             'may': (
                 'Every rank holds the same gradients after the call (all-reduce, not reduce)',
@@ -5235,6 +5840,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after your call @ two_ranks',
             ),
             'sizes': (
+            ),
+            'certain': (
+                'the gradients after your call',
+            ),
+            'certain_places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'right_parts': (
+                'the gradients before your call @ parameter unused.bias',
+                'the gradients before your call @ parameter unused.weight',
             ),
         },
         'grads_unchanged': {
@@ -5246,9 +5874,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
             ),
-            'certain': (
-                'the gradients after your call',
-            ),
             'may': (
                 'Changes the gradients only, never the parameters',
                 'Every rank holds the same gradients after the call (all-reduce, not reduce)',
@@ -5288,6 +5913,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after your call @ two_ranks',
             ),
             'sizes': (
+            ),
+            'certain': (
+                'the gradients after your call',
+            ),
+            'certain_places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'right_parts': (
+                'the gradients before your call @ parameter unused.bias',
+                'the gradients before your call @ parameter unused.weight',
             ),
         },
         'averages_parameters': {
@@ -5299,9 +5947,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
             ),
-            'certain': (
-                'the gradients after your call',
-            ),
             'may': (
                 'Changes the gradients only, never the parameters',
                 'Every rank holds the same gradients after the call (all-reduce, not reduce)',
@@ -5342,15 +5987,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
+            'certain': (
+                'the gradients after your call',
+            ),
+            'certain_places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ three_ranks',
+            ),
+            'right_parts': (
+                'the gradients before your call @ parameter unused.bias',
+                'the gradients before your call @ parameter unused.weight',
+            ),
         },
         'also_steps_the_parameters': {
             'always': (
                 'Changes the gradients only, never the parameters',
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
-            ),
-            'certain': (
-                'the parameters after your call',
             ),
             'may': (
                 'Changes the gradients only, never the parameters',
@@ -5389,12 +6052,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
+            'certain': (
+                'the parameters after your call',
+            ),
+            'certain_places': (
+                'params_before @ no_grad_params',
+                'params_before @ three_ranks',
+                'params_before @ two_ranks',
+                'the gradients after your call @ three_ranks',
+                'the gradients after your call @ two_ranks',
+                'the gradients before your call @ no_grad_params',
+                'the gradients before your call @ three_ranks',
+                'the gradients before your call @ two_ranks',
+                'the parameters after training @ no_grad_params',
+                'the parameters after training @ three_ranks',
+                'the parameters after training @ two_ranks',
+                'the parameters after your call @ no_grad_params',
+                'the parameters after your call @ three_ranks',
+                'the parameters after your call @ two_ranks',
+            ),
+            'right_parts': (
+                'the gradients before your call @ parameter unused.bias',
+                'the gradients before your call @ parameter unused.weight',
+            ),
         },
         'crashes_on_missing_grad': {
             'always': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
-            ),
-            'certain': (
             ),
             'may': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
@@ -5408,15 +6092,39 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'sizes': (
             ),
+            'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                'params_before @ rank 0',
+                'params_before @ rank 1',
+                'params_before @ rank 2',
+                'the gradients after your call @ parameter hidden.bias',
+                'the gradients after your call @ parameter hidden.weight',
+                'the gradients after your call @ parameter out.bias',
+                'the gradients after your call @ parameter out.weight',
+                'the gradients after your call @ rank 0',
+                'the gradients after your call @ rank 1',
+                'the gradients after your call @ rank 2',
+                'the gradients before your call @ parameter hidden.bias',
+                'the gradients before your call @ parameter hidden.weight',
+                'the gradients before your call @ parameter out.bias',
+                'the gradients before your call @ parameter out.weight',
+                'the gradients before your call @ rank 0',
+                'the gradients before your call @ rank 1',
+                'the gradients before your call @ rank 2',
+                'the parameters after training @ rank 0',
+                'the parameters after training @ rank 1',
+                'the parameters after training @ rank 2',
+                'the parameters after your call @ rank 0',
+                'the parameters after your call @ rank 1',
+                'the parameters after your call @ rank 2',
+            ),
         },
         'zero_fills_missing_grads': {
             'always': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
-            ),
-            'certain': (
-                'params_before',
-                'the gradients before your call',
-                'the parameters after your call',
             ),
             'may': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
@@ -5440,17 +6148,40 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after your call @ no_grad_params',
             ),
             'sizes': (
+            ),
+            'certain': (
+                'params_before',
+                'the gradients before your call',
+                'the parameters after your call',
+            ),
+            'certain_places': (
+                'params_before @ no_grad_params',
+                'the gradients before your call @ no_grad_params',
+                'the parameters after training @ no_grad_params',
+                'the parameters after your call @ no_grad_params',
+            ),
+            'right_parts': (
+                'params_before @ rank 2',
+                'the gradients after your call @ parameter hidden.bias',
+                'the gradients after your call @ parameter hidden.weight',
+                'the gradients after your call @ parameter out.bias',
+                'the gradients after your call @ parameter out.weight',
+                'the gradients after your call @ rank 0',
+                'the gradients after your call @ rank 1',
+                'the gradients after your call @ rank 2',
+                'the gradients before your call @ parameter hidden.bias',
+                'the gradients before your call @ parameter out.bias',
+                'the gradients before your call @ parameter unused.bias',
+                'the gradients before your call @ parameter unused.weight',
+                'the gradients before your call @ rank 2',
+                'the parameters after training @ rank 2',
+                'the parameters after your call @ rank 2',
             ),
         },
         'stops_at_first_missing_grad': {
             'always': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
             ),
-            'certain': (
-                'params_before',
-                'the gradients before your call',
-                'the parameters after your call',
-            ),
             'may': (
                 'Leaves parameters without a gradient alone (frozen bias, unused layer)',
             ),
@@ -5473,6 +6204,33 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the parameters after your call @ no_grad_params',
             ),
             'sizes': (
+            ),
+            'certain': (
+                'params_before',
+                'the gradients before your call',
+                'the parameters after your call',
+            ),
+            'certain_places': (
+                'params_before @ no_grad_params',
+                'the gradients before your call @ no_grad_params',
+                'the parameters after training @ no_grad_params',
+                'the parameters after your call @ no_grad_params',
+            ),
+            'right_parts': (
+                'params_before @ rank 2',
+                'the gradients after your call @ parameter hidden.bias',
+                'the gradients after your call @ parameter hidden.weight',
+                'the gradients after your call @ parameter out.bias',
+                'the gradients after your call @ parameter out.weight',
+                'the gradients after your call @ rank 0',
+                'the gradients after your call @ rank 1',
+                'the gradients after your call @ rank 2',
+                'the gradients before your call @ parameter hidden.bias',
+                'the gradients before your call @ parameter unused.bias',
+                'the gradients before your call @ parameter unused.weight',
+                'the gradients before your call @ rank 2',
+                'the parameters after training @ rank 2',
+                'the parameters after your call @ rank 2',
             ),
         },
         'deadlocks_rank_one': {
@@ -5484,8 +6242,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Training with it matches DDP and one process on the full batch (2 ranks)',
                 'Uses the real world size (3 ranks)',
             ),
-            'certain': (
-            ),
             'may': (
                 'Changes the gradients only, never the parameters',
                 'Every rank holds the same gradients after the call (all-reduce, not reduce)',
@@ -5502,6 +6258,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'places': (
             ),
             'sizes': (
+            ),
+            'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
         },
     },
@@ -5520,6 +6282,32 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
                 "the schedule's length",
+            ),
+            'certain_places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+                "the schedule's length @ edge_0",
+                "the schedule's length @ edge_1",
+                "the schedule's length @ edge_2",
+                "the schedule's length @ edge_3",
+                "the schedule's length @ main_0",
+                "the schedule's length @ main_1",
+                "the schedule's length @ main_2",
+                "the schedule's length @ main_3",
+                "the schedule's length @ main_4",
+                "the schedule's length @ main_5",
+                "the schedule's length @ main_6",
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -5577,6 +6365,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
             ),
+            'certain_places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Has the bubble (p - 1)/(m + p - 1) of idle stage-steps',
@@ -5616,6 +6419,32 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
                 "the schedule's length",
+            ),
+            'certain_places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+                "the schedule's length @ edge_0",
+                "the schedule's length @ edge_1",
+                "the schedule's length @ edge_2",
+                "the schedule's length @ edge_3",
+                "the schedule's length @ main_0",
+                "the schedule's length @ main_1",
+                "the schedule's length @ main_2",
+                "the schedule's length @ main_3",
+                "the schedule's length @ main_4",
+                "the schedule's length @ main_5",
+                "the schedule's length @ main_6",
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -5669,6 +6498,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
             ),
+            'certain_places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Has the bubble (p - 1)/(m + p - 1) of idle stage-steps',
@@ -5707,6 +6551,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
             ),
+            'certain_places': (
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Matches the reference schedule step by step (including hidden cases)',
@@ -5741,6 +6598,19 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
             ),
+            'certain_places': (
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Matches the reference schedule step by step (including hidden cases)',
@@ -5774,6 +6644,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the schedule table',
+            ),
+            'certain_places': (
+                'the schedule table @ edge_1',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -5813,6 +6695,32 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
                 "the schedule's length",
+            ),
+            'certain_places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+                "the schedule's length @ edge_0",
+                "the schedule's length @ edge_1",
+                "the schedule's length @ edge_2",
+                "the schedule's length @ edge_3",
+                "the schedule's length @ main_0",
+                "the schedule's length @ main_1",
+                "the schedule's length @ main_2",
+                "the schedule's length @ main_3",
+                "the schedule's length @ main_4",
+                "the schedule's length @ main_5",
+                "the schedule's length @ main_6",
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -5877,6 +6785,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
             ),
+            'certain_places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Has the bubble (p - 1)/(m + p - 1) of idle stage-steps',
@@ -5923,6 +6846,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
             ),
+            'certain_places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Has the bubble (p - 1)/(m + p - 1) of idle stage-steps',
@@ -5966,6 +6904,25 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
                 "the schedule's length",
+            ),
+            'certain_places': (
+                'the schedule table @ edge_1',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+                "the schedule's length @ main_0",
+                "the schedule's length @ main_1",
+                "the schedule's length @ main_2",
+                "the schedule's length @ main_3",
+                "the schedule's length @ main_4",
+                "the schedule's length @ main_5",
+                "the schedule's length @ main_6",
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -6011,6 +6968,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the schedule table',
                 "the schedule's length",
             ),
+            'certain_places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                "the schedule's length @ edge_0",
+                "the schedule's length @ edge_1",
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
             ),
@@ -6043,6 +7008,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Runs every forward and every backward exactly once on every stage',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -6078,6 +7047,32 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
                 "the schedule's length",
+            ),
+            'certain_places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+                "the schedule's length @ edge_0",
+                "the schedule's length @ edge_1",
+                "the schedule's length @ edge_2",
+                "the schedule's length @ edge_3",
+                "the schedule's length @ main_0",
+                "the schedule's length @ main_1",
+                "the schedule's length @ main_2",
+                "the schedule's length @ main_3",
+                "the schedule's length @ main_4",
+                "the schedule's length @ main_5",
+                "the schedule's length @ main_6",
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
@@ -6139,6 +7134,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the schedule table',
             ),
+            'certain_places': (
+                'the schedule table @ edge_0',
+                'the schedule table @ edge_1',
+                'the schedule table @ edge_2',
+                'the schedule table @ edge_3',
+                'the schedule table @ main_0',
+                'the schedule table @ main_1',
+                'the schedule table @ main_2',
+                'the schedule table @ main_3',
+                'the schedule table @ main_4',
+                'the schedule table @ main_5',
+                'the schedule table @ main_6',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Handles the edge cases: one stage, one micro-batch',
                 'Has the bubble (p - 1)/(m + p - 1) of idle stage-steps',
@@ -6179,6 +7189,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
@@ -6196,6 +7210,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
@@ -6215,6 +7233,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
@@ -6232,6 +7254,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
@@ -6252,6 +7278,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the output',
+            ),
+            'certain_places': (
+                'the output @ four_ranks_causal',
+                'the output @ three_ranks_causal',
+            ),
+            'right_parts': (
+                'sketch @ rank 0',
+                'sketch @ rank 1',
+                'sketch @ rank 2',
+                'sketch @ rank 3',
+                'the output @ rank 0',
+                'the output @ rank 3',
             ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
@@ -6278,6 +7316,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the output',
             ),
+            'certain_places': (
+                'the output @ four_ranks_causal',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks_causal',
+            ),
+            'right_parts': (
+                'sketch @ rank 0',
+                'sketch @ rank 1',
+                'sketch @ rank 2',
+                'sketch @ rank 3',
+            ),
             'may': (
                 'Right causal output on 2 ranks (mask by global positions)',
                 'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
@@ -6302,6 +7351,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the output',
+            ),
+            'certain_places': (
+                'the output @ four_ranks_causal',
+                'the output @ three_ranks_causal',
+            ),
+            'right_parts': (
+                'sketch @ rank 0',
+                'sketch @ rank 1',
+                'sketch @ rank 2',
+                'sketch @ rank 3',
+                'the output @ rank 0',
+                'the output @ rank 3',
             ),
             'may': (
                 'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
@@ -6329,6 +7390,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the output',
+            ),
+            'certain_places': (
+                'sketch @ memory',
+                'the output @ four_ranks_causal',
+                'the output @ memory',
+                'the output @ three_ranks',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks',
+                'the output @ two_ranks_causal',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
@@ -6368,6 +7440,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the output',
             ),
+            'certain_places': (
+                'sketch @ memory',
+                'the output @ four_ranks_causal',
+                'the output @ memory',
+                'the output @ three_ranks',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks',
+                'the output @ two_ranks_causal',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 2 ranks (mask by global positions)',
@@ -6405,6 +7488,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the output',
+            ),
+            'certain_places': (
+                'sketch @ memory',
+                'the output @ four_ranks_causal',
+                'the output @ memory',
+                'the output @ three_ranks',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks',
+                'the output @ two_ranks_causal',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
@@ -6444,6 +7538,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the output',
             ),
+            'certain_places': (
+                'sketch @ memory',
+                'the output @ four_ranks_causal',
+                'the output @ memory',
+                'the output @ three_ranks',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks',
+                'the output @ two_ranks_causal',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 2 ranks (mask by global positions)',
@@ -6482,6 +7587,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the output',
             ),
+            'certain_places': (
+                'sketch @ memory',
+                'the output @ four_ranks_causal',
+                'the output @ memory',
+                'the output @ three_ranks',
+                'the output @ three_ranks_causal',
+                'the output @ two_ranks',
+                'the output @ two_ranks_causal',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 2 ranks (mask by global positions)',
@@ -6519,6 +7635,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 2 ranks (mask by global positions)',
@@ -6544,6 +7664,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
             ),
+            'certain_places': (
+            ),
+            'right_parts': (
+                'sketch @ rank 0',
+                'sketch @ rank 1',
+                'sketch @ rank 2',
+                'sketch @ rank 3',
+                'the output @ rank 0',
+                'the output @ rank 1',
+                'the output @ rank 2',
+                'the output @ rank 3',
+            ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
                 'Right causal output on 3 and 4 ranks (ring direction r → r+1, chunk offsets)',
@@ -6568,6 +7700,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Right output on 3 ranks: three partial results merged with log-sum-exp',
             ),
             'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
             ),
             'may': (
                 'K and V travel the ring: N−1 point-to-point hops to rank r+1, no collective, two chunks held (memory measured outside your ranks)',
@@ -6599,6 +7735,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the byte count',
             ),
+            'certain_places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+                'the byte count @ buffer',
+                'the byte count @ linear',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
                 'Counts each storage once (a transformer block: q, k, v are views of one tensor)',
@@ -6629,6 +7773,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the byte count',
             ),
+            'certain_places': (
+                'the byte count @ buffer',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 "Leaves the module's parameters and buffers out",
             ),
@@ -6651,6 +7800,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the byte count',
+            ),
+            'certain_places': (
+                'the byte count @ block_sdpa',
+                'the byte count @ slice',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
@@ -6678,6 +7833,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the byte count',
+            ),
+            'certain_places': (
+                'the byte count @ block_sdpa',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
@@ -6708,6 +7868,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the byte count',
+            ),
+            'certain_places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+                'the byte count @ buffer',
+                'the byte count @ linear',
+                'the byte count @ slice',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
@@ -6748,6 +7917,20 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the byte count',
                 'the returned type',
+            ),
+            'certain_places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+                'the byte count @ buffer',
+                'the byte count @ linear',
+                'the byte count @ slice',
+                'the returned type @ block_bf16_dropout',
+                'the returned type @ block_sdpa',
+                'the returned type @ buffer',
+                'the returned type @ linear',
+                'the returned type @ slice',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
@@ -6792,6 +7975,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the byte count',
             ),
+            'certain_places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+                'the byte count @ buffer',
+                'the byte count @ linear',
+                'the byte count @ slice',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
                 'Counts a view by its whole storage',
@@ -6829,6 +8021,15 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the byte count',
+            ),
+            'certain_places': (
+                'the byte count @ block_bf16_dropout',
+                'the byte count @ block_sdpa',
+                'the byte count @ buffer',
+                'the byte count @ linear',
+                'the byte count @ slice',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'A bfloat16 block with naive attention and dropout, to the byte',
@@ -8525,6 +9726,31 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient at each optimizer step',
             ),
+            'certain_places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Clears gradients left from before the call',
                 "Each step applies the window's average gradient",
@@ -8581,6 +9807,21 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient at each optimizer step',
             ),
+            'certain_places': (
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k1',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k1',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 "Each step applies the window's average gradient",
                 'Final parameters match the reference (k = 1, 2, 4; SGD with momentum)',
@@ -8628,6 +9869,37 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
+            ),
+            'certain_places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the number of optimizer steps @ default',
+                'the number of optimizer steps @ eval_dropout',
+                'the number of optimizer steps @ k2',
+                'the number of optimizer steps @ k3',
+                'the number of optimizer steps @ momentum',
+                'the number of optimizer steps @ partial',
+                'the number of optimizer steps @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k2',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -8696,6 +9968,26 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient at each optimizer step',
             ),
+            'certain_places': (
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k1',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the number of optimizer steps @ eval_dropout',
+                'the number of optimizer steps @ k1',
+                'the number of optimizer steps @ k2',
+                'the number of optimizer steps @ k3',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k1',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 "Each step applies the window's average gradient",
                 'Final parameters match the reference (k = 1, 2, 4; SGD with momentum)',
@@ -8749,6 +10041,31 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
+            ),
+            'certain_places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k1',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k1',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ partial',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -8807,6 +10124,32 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
+            ),
+            'certain_places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the number of optimizer steps @ partial',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -8871,6 +10214,29 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the gradient at each optimizer step',
             ),
+            'certain_places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ default',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Clears gradients left from before the call',
                 "Each step applies the window's average gradient",
@@ -8925,6 +10291,12 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the number of optimizer steps',
                 'the parameters after training',
             ),
+            'certain_places': (
+                'the number of optimizer steps @ partial',
+                'the parameters after training @ partial',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Handles a final partial window (dropped or flushed)',
             ),
@@ -8952,6 +10324,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the returned loss',
+            ),
+            'certain_places': (
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Returns the mean unscaled loss per batch as a Python float',
@@ -8983,6 +10367,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the returned loss',
             ),
+            'certain_places': (
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Returns the mean unscaled loss per batch as a Python float',
             ),
@@ -9011,6 +10406,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the returned loss',
+            ),
+            'certain_places': (
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Returns the mean unscaled loss per batch as a Python float',
@@ -9045,6 +10451,42 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'the number of graphs kept alive',
                 'the returned loss holding a graph',
                 'the returned type',
+            ),
+            'certain_places': (
+                'returning a float @ default',
+                'returning a float @ eval_dropout',
+                'returning a float @ k1',
+                'returning a float @ k2',
+                'returning a float @ k3',
+                'returning a float @ momentum',
+                'returning a float @ partial',
+                'returning a float @ stale',
+                'the number of graphs kept alive @ default',
+                'the number of graphs kept alive @ eval_dropout',
+                'the number of graphs kept alive @ k1',
+                'the number of graphs kept alive @ k2',
+                'the number of graphs kept alive @ k3',
+                'the number of graphs kept alive @ momentum',
+                'the number of graphs kept alive @ partial',
+                'the number of graphs kept alive @ stale',
+                'the returned loss holding a graph @ default',
+                'the returned loss holding a graph @ eval_dropout',
+                'the returned loss holding a graph @ k1',
+                'the returned loss holding a graph @ k2',
+                'the returned loss holding a graph @ k3',
+                'the returned loss holding a graph @ momentum',
+                'the returned loss holding a graph @ partial',
+                'the returned loss holding a graph @ stale',
+                'the returned type @ default',
+                'the returned type @ eval_dropout',
+                'the returned type @ k1',
+                'the returned type @ k2',
+                'the returned type @ k3',
+                'the returned type @ momentum',
+                'the returned type @ partial',
+                'the returned type @ stale',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Keeps no autograd graph alive across batches',
@@ -9107,6 +10549,18 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain': (
                 'the number of graphs kept alive',
             ),
+            'certain_places': (
+                'the number of graphs kept alive @ default',
+                'the number of graphs kept alive @ eval_dropout',
+                'the number of graphs kept alive @ k1',
+                'the number of graphs kept alive @ k2',
+                'the number of graphs kept alive @ k3',
+                'the number of graphs kept alive @ momentum',
+                'the number of graphs kept alive @ partial',
+                'the number of graphs kept alive @ stale',
+            ),
+            'right_parts': (
+            ),
             'may': (
                 'Keeps no autograd graph alive across batches',
             ),
@@ -9136,6 +10590,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
+            ),
+            'certain_places': (
+                'the gradient at each optimizer step @ eval_dropout',
+                "the model's training mode @ eval_dropout",
+                'the parameters after training @ eval_dropout',
+                'the returned loss @ eval_dropout',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Puts the model in training mode',
@@ -9167,6 +10629,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
+            ),
+            'certain_places': (
+                'the gradient at each optimizer step @ stale',
+                'the parameters after training @ stale',
+                'the returned loss @ stale',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -9203,6 +10672,41 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
+            ),
+            'certain_places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k1',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                'the number of optimizer steps @ default',
+                'the number of optimizer steps @ eval_dropout',
+                'the number of optimizer steps @ k1',
+                'the number of optimizer steps @ k2',
+                'the number of optimizer steps @ k3',
+                'the number of optimizer steps @ momentum',
+                'the number of optimizer steps @ partial',
+                'the number of optimizer steps @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k1',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ default',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears gradients left from before the call',
@@ -9277,6 +10781,50 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'the gradient at each optimizer step',
+            ),
+            'certain_places': (
+                'the gradient at each optimizer step @ default',
+                'the gradient at each optimizer step @ eval_dropout',
+                'the gradient at each optimizer step @ k1',
+                'the gradient at each optimizer step @ k2',
+                'the gradient at each optimizer step @ k3',
+                'the gradient at each optimizer step @ momentum',
+                'the gradient at each optimizer step @ partial',
+                'the gradient at each optimizer step @ stale',
+                "the model's training mode @ eval_dropout",
+                'the number of graphs kept alive @ default',
+                'the number of graphs kept alive @ eval_dropout',
+                'the number of graphs kept alive @ k1',
+                'the number of graphs kept alive @ k2',
+                'the number of graphs kept alive @ k3',
+                'the number of graphs kept alive @ momentum',
+                'the number of graphs kept alive @ partial',
+                'the number of graphs kept alive @ stale',
+                'the number of optimizer steps @ default',
+                'the number of optimizer steps @ eval_dropout',
+                'the number of optimizer steps @ k1',
+                'the number of optimizer steps @ k2',
+                'the number of optimizer steps @ k3',
+                'the number of optimizer steps @ momentum',
+                'the number of optimizer steps @ partial',
+                'the number of optimizer steps @ stale',
+                'the parameters after training @ default',
+                'the parameters after training @ eval_dropout',
+                'the parameters after training @ k1',
+                'the parameters after training @ k2',
+                'the parameters after training @ k3',
+                'the parameters after training @ momentum',
+                'the parameters after training @ partial',
+                'the parameters after training @ stale',
+                'the returned loss @ eval_dropout',
+                'the returned loss @ k1',
+                'the returned loss @ k2',
+                'the returned loss @ k3',
+                'the returned loss @ momentum',
+                'the returned loss @ partial',
+                'the returned loss @ stale',
+            ),
+            'right_parts': (
             ),
             'may': (
                 'Clears gradients left from before the call',

@@ -31,7 +31,8 @@ class Locate:
     ignore: tuple[str, ...] = ()                          # keys that are method evidence, not results
     factors: Callable[[dict], dict[str, float]] = lambda case: {}   # case -> {"√d": 2.83, "world_size": 2}
     unchanged: dict[str, str] = field(default_factory=dict)  # key -> sibling key of its value before (params)
-    positions: dict[str, str] = field(default_factory=dict)  # list key -> words of an index in it ("parameter {n}")
+    # list key -> words of an index in it: a template ("parameter {n}") or the items' names in order
+    positions: dict[str, str | tuple[str, ...]] = field(default_factory=dict)
     whole: dict[str, str] = field(default_factory=dict)  # key -> word of its items: compared item by item, whole
     entries: dict[str, str] = field(default_factory=dict)  # whole key -> word of an item's entries ("stage {n}")
     by_position: tuple[str, ...] = ("steps", "step_grads", "calls", "updates", "losses", "step_grad_norms", "grad_norms")
@@ -158,7 +159,7 @@ def _moved(spec: Locate, path: tuple, want, have, wants: dict, rtol: float) -> t
                 continue  # a step's values that are the step before's too (nothing moved then): no sign of lateness
             word = spec.positions.get(parent) or POSITIONS.get(parent) or "item {n}" if isinstance(parent, str) \
                 else spec.inner.get(path[at - 2], "item {n}") if at > 1 and isinstance(path[at - 2], str) else "item {n}"
-            where = word.format(i=other, n=other + 1)
+            where = _word(word, other)
             if timed and abs(other - index) == 1:
                 late = other < index
                 return (f"one {where.split()[0]} {'late' if late else 'early'}: the right values of {where}",
@@ -494,13 +495,20 @@ def _quantity(spec: Locate, path: tuple) -> str:
     return words or "the result"
 
 
+def _word(template: str | tuple[str, ...], index: int) -> str:
+    """The words of a position: a template's ("step {n}"), or the name of the item at that index."""
+    if isinstance(template, tuple):
+        return template[index] if index < len(template) else f"item {index + 1}"
+    return template.format(i=index, n=index + 1)
+
+
 def _where(spec: Locate, path: tuple) -> str:
     words = []
     for at, (parent, index) in enumerate(zip(path, path[1:])):
         if isinstance(index, int) and isinstance(parent, str):
             template = spec.positions.get(parent) or POSITIONS.get(parent)
             if template:
-                words.append(template.format(i=index, n=index + 1))
+                words.append(_word(template, index))
         elif isinstance(index, int) and isinstance(parent, int) and at and path[at - 1] in spec.inner:
             words.append(spec.inner[path[at - 1]].format(i=index, n=index + 1))  # a parameter inside a step
     return ", ".join(words)

@@ -210,9 +210,12 @@ MISTAKES = [
 ]
 
 
-# What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
+# What the observed values are called in the exercise, and the factors a plausible mistake scales them by. The
+# gradients are listed in the order of the grader's Net's parameters (observe.Net; the unused layer only in one scenario).
+PARAMETERS = tuple(f"parameter {name}" for name in ("hidden.weight", "hidden.bias", "out.weight", "out.bias",
+                                                  "unused.weight", "unused.bias"))
 LOCATE = Locate(names={"grads_after": "the gradients after your call", "params_after": "the parameters after your call",
                        "final": "the parameters after training", "grads_before": "the gradients before your call"},
                 ignore=("forbidden", "collectives"), unchanged={"grads_after": "grads_before"},
-                positions={"grads_after": "parameter {n}", "grads_before": "parameter {n}"},
+                positions={"grads_after": PARAMETERS, "grads_before": PARAMETERS},
                 factors=lambda case: {"world_size": case["world_size"]}, counts=("world_size",))
