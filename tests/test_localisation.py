@@ -509,3 +509,16 @@ def test_a_table_says_which_entry_differs_and_what_the_students_holds():
     assert "differs from time step 1 on: at stage 1 (of 2) yours holds ('B', 0)" in line, line
     assert "('F', 0)" not in line  # never the reference's entry
 
+
+
+def test_a_deadlock_says_no_set_of_ranks_that_timing_chose():
+    """Which ranks the launcher saw stop first in a deadlock is timing, not the student's code: the words must not
+    change from one run to the next (the kit and the instructor compared them); a real exception keeps its ranks."""
+    from autograder.exercises.localise import _crashed
+
+    reference = {"scenarios": {k: {"case": {"what": f"on {n} ranks", "world_size": n}} for k, n in (("a", 2), ("b", 3))}}
+    hung = [_crashed(reference, [("a", first, "", "deadlock"), ("b", "rank 2", "", "deadlock")])
+            for first in ("rank 0", "rank 1")]
+    assert not any("never on rank" in words or "rank 1, rank 2" in words for words in hung), hung
+    raised = _crashed(reference, [("a", "rank 1", "", "ValueError: no"), ("b", "rank 2", "", "ValueError: no")])
+    assert "it raised on rank 1, rank 2, never on rank 0" in raised

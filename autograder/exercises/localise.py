@@ -734,7 +734,7 @@ def _crashed(reference: dict, errors: list[tuple[str, str, str, str]]) -> str:
                  + f"; it ran without {'raising' if verb == 'raised' else 'it'} when {_scenario(reference, ran[0])}"
                  + (f" and in {len(ran) - 1} more" if len(ran) > 1 else ""))
     wheres = sorted({e[1] for e in errors if e[1]}, key=_place_key)
-    if len(wheres) > 1:
+    if len(wheres) > 1 and verb == "raised":  # which rank a deadlock or an abort reached first is timing, not code
         line += f"; it {verb} on {', '.join(wheres[:4])}"
         if all(e[1].startswith("rank ") for e in errors) and "rank 0" not in wheres:
             line += ", never on rank 0"
