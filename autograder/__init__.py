@@ -1,6 +1,6 @@
 """The course's grader: the notebooks' self-checks and isolated class grading.
 
-Four parts, dependencies pointing one way (``tests/test_layering.py`` holds them):
+Four parts, dependencies pointing one way (``tests/project/test_layering.py`` holds them):
 
 * ``exercises/``: what an exercise is, and one package per graded exercise; each one's ``observe.py`` runs next to the
   student's code, its ``checks.py`` is the verdict (plain Python, no torch). Ships to students.

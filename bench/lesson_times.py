@@ -4,7 +4,7 @@
 
 Runs each notebook the way `make test` does (nbclient, a fresh kernel, kernel start included) and writes the
 wall times with the device, torch version, date and the machine's load average, which say how busy the CPU was.
-The start page and the README show this file (coursekit.run_times); tests/test_run_times.py checks they agree.
+The start page and the README show this file (coursekit.run_times); tests/notebooks/test_run_times.py checks they agree.
 """
 import argparse
 import datetime

@@ -2,7 +2,7 @@
 
 ``torch._dynamo.explain`` traces a function the way ``torch.compile`` does, without compiling it, and lists where
 the trace had to stop (a print, a branch on a tensor's value, a call Dynamo cannot follow). It lives in a private
-module of torch, so the course calls it only here (tests/test_lesson7_helpers.py).
+module of torch, so the course calls it only here (tests/coursekit/test_lesson7_helpers.py).
 """
 import contextlib
 import io

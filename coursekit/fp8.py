@@ -5,7 +5,7 @@ Hopper and later GPUs multiply FP8 matrices in their tensor cores, at twice the 
 fast mode, only about 14 bits: DeepSeek-V3 measured it) and multiplied back by both scales. torch 2.13 exposes it
 publicly as ``torch.nn.functional.scaled_mm`` (tensor-, row- and block-wise scales); older torch only as the private
 ``torch._scaled_mm``, which the GPU recorder may meet on a GPU machine's own torch, so ``scaled_matmul`` is the one
-place that picks (tests/test_lesson7_helpers.py). On a CPU torch emulates it, slower than a float32 product: the CPU
+place that picks (tests/coursekit/test_lesson7_helpers.py). On a CPU torch emulates it, slower than a float32 product: the CPU
 shows the numerics, a GPU the speed (recorded by bench.gpu_evidence).
 """
 import torch

@@ -7,7 +7,7 @@ decides when a kernel is decorated, so ``triton_mode()`` must run before the les
 Running in the interpreter also lets the course *count* what a kernel does: every ``tl.load`` and ``tl.store``
 goes through one object of the interpreter, so ``count_traffic()`` sees the bytes each program moved (only the
 lanes its mask enables). That object is private to Triton: it is reached here only, through
-``_interpreter_builder()`` (tests/test_kernels.py). PyTorch's unfused operators are counted the same way by a
+``_interpreter_builder()`` (tests/coursekit/test_kernels.py). PyTorch's unfused operators are counted the same way by a
 dispatch mode (``eager_traffic``): each operator reads its inputs and writes its outputs once.
 """
 import importlib.util
@@ -54,7 +54,7 @@ def _interpret_library_calls() -> None:
     imported: for the compiler, unless TRITON_INTERPRET was set by then (``import torch._dynamo`` imports triton).
     An interpreted kernel calls them from Python, which a compiled-mode helper refuses ("Cannot call @triton.jit'd
     outside of the scope of a kernel"). That call is never valid in compiled mode, so it is sent to the interpreter.
-    (``JITFunction`` and ``InterpretedFunction`` are private to Triton 3.x; tests/test_kernels.py.)"""
+    (``JITFunction`` and ``InterpretedFunction`` are private to Triton 3.x; tests/coursekit/test_kernels.py.)"""
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 

@@ -4,7 +4,7 @@ Activation recomputation is invisible in a plain profile of the backward (its fo
 selective checkpointing dispatches the ops it saved without running them again, which the profiler still records.
 A dispatch mode sees each operator that reaches a kernel exactly once, in the forward and in the backward, at a
 fraction of the profiler's cost. ``TorchDispatchMode`` lives in a private module of torch
-(``torch.utils._python_dispatch``), so the course uses it only here (tests/test_lesson7_helpers.py).
+(``torch.utils._python_dispatch``), so the course uses it only here (tests/coursekit/test_lesson7_helpers.py).
 """
 from collections import Counter
 from dataclasses import dataclass, field

@@ -14,6 +14,7 @@ from processes import subreaper  # noqa: F401  (a fixture for every test module)
 from autograder.authoring.course import load_course, reference_function
 from autograder.exercises import all_exercises, get_exercise
 from autograder.exercises.define import define_function
+from autograder.exercises.diagnosis import diagnose
 from autograder.exercises.observing import observe
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +57,16 @@ def _student_json(exercise: str, source: str, salt: int) -> str:
     spec = load_course().spec_for_exercise(exercise)
     fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", source)], exercise)
     return json.dumps(observe(get_exercise(exercise), fn, salt=salt))
+
+
+def observed(exercise: str, source: str, salt: int = 0):
+    """(results, diagnosis, student observation) of a student cell, as class grading judges it (through JSON);
+    the run is test_variants.py's own (conftest keeps each observation for the session)."""
+    ex = get_exercise(exercise)
+    reference = reference_observation(exercise, salt)
+    student = student_observation(exercise, source, salt)
+    results = ex.grade(student, reference)
+    return results, diagnose(ex, student, reference, results), student
 
 
 def variant_modules() -> dict[str, object]:

@@ -22,7 +22,7 @@ HEADER = ('# ruff: noqa: E501 (check titles and localisation sentences are kept 
 def seen(exercise: str, name: str) -> list[dict]:
     """Per salt test_variants.py grades the named wrong variant with: its failed checks and wrong results."""
     from conftest import reference_observation, student_observation, variant_modules
-    from test_variants import variant_salts
+    from variants import variant_salts
 
     from autograder.exercises import get_exercise
     from autograder.exercises.diagnosis import located

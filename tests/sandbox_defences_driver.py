@@ -1,4 +1,4 @@
-"""Checks of the grading sandbox's defences, run by tests/test_sandbox_defences.py as root or as an ordinary user
+"""Checks of the grading sandbox's defences, run by tests/sandbox/test_sandbox_defences.py as root or as an ordinary user
 (``python sandbox_defences_driver.py CHECK``); prints one JSON line.
 
 * ``forbidden``: in a student's worker the forbidden libraries raise and torch still imports and compiles; in the

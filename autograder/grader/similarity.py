@@ -17,7 +17,7 @@ k + w - 1 tokens are guaranteed to share a fingerprint, and noise shorter than k
   fingerprints of their own (a blank scaffold, a one-liner) are not compared.
 
 Why not a library: copydetect (the maintained winnowing package on PyPI) pulls in numpy, matplotlib and pygments
-into the class grader's process, which stays free of numpy and torch (tests/test_layering.py), and works on files
+into the class grader's process, which stays free of numpy and torch (tests/project/test_layering.py), and works on files
 with boilerplate files; for one Python cell per student the standard library's tokenizer and sixty lines do it.
 A flagged pair is a reason to read both cells, never a verdict.
 """

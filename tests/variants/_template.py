@@ -4,7 +4,7 @@ Submissions for the template exercise `clip_gradients` (autograder/exercises/_te
 source of a student's exercise cell, run after the notebook's setup cells. CORRECT: valid styles that must score
 full, as different from each other as students' code is. WRONG: plausible mistakes, each naming (by a phrase of
 their title) the checks it must fail, or EVERY_CHECK for a submission that must earn nothing (a constant, a
-function that does nothing, the blank exercise). tests/test_variants.py runs them under the public scenarios
+function that does nothing, the blank exercise). tests/exercises/test_variants.py runs them under the public scenarios
 (salt 0) and two held-out salts.
 
 A real suite has no REFERENCE: the reference is the solution cell in solutions/. This one names it because

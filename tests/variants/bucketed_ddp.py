@@ -7,7 +7,7 @@ fail for it.
 """
 from variants import EVERY_CHECK
 
-# Graded under salt 0 only (tests/test_variants.py): five rank launches per observation, and what these get wrong
+# Graded under salt 0 only (tests/exercises/test_variants.py): five rank launches per observation, and what these get wrong
 # does not depend on the seeds. The correct styles and the seed-sensitive mistakes run under the held-out salts too.
 HELD_OUT_TOO = {"sums_without_dividing", "does_not_broadcast", "launches_bucket_at_its_first_gradient", "does_nothing"}
 

@@ -6,7 +6,8 @@ fail for it.
 """
 from variants import EVERY_CHECK
 
-# Graded under the public scenarios only (tests/test_variants.py): a deadlock costs the launch timeout in every scenario.
+# Graded under the public scenarios only (tests/exercises/test_variants.py): a deadlock costs the launch timeout in
+# every scenario.
 PUBLIC_ONLY = {"only_the_owner_broadcasts"}
 
 CORRECT = {

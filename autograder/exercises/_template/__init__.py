@@ -1,5 +1,5 @@
 """TEMPLATE exercise package: copy the folder to ``autograder/exercises/<function name>/`` and rewrite it
-(docs/authoring.md). The registry skips it (its name starts with ``_``); tests/test_variants.py grades the
+(docs/authoring.md). The registry skips it (its name starts with ``_``); tests/exercises/test_variants.py grades the
 template's own variant suite (tests/variants/_template.py) with it, so the template is known to work.
 
 The example exercise: ``clip_gradients(model, max_norm)`` scales every parameter's ``.grad`` in place so that

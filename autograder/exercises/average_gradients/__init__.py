@@ -16,7 +16,7 @@ forward pass did not use): leave it None, without crashing. Every rank runs the 
 every rank skips the same parameters and the collectives still pair up. This is what DDP does
 (frozen weights are not registered; with ``find_unused_parameters=True`` globally unused ones
 keep ``grad=None``); a zero gradient instead would let momentum or weight decay move weights
-that received no gradient (tests/test_average_gradients.py checks both claims).
+that received no gradient (tests/exercises/test_average_gradients.py checks both claims).
 """
 from ..protocol import Check, Exercise
 from . import cases, checks

@@ -1,7 +1,7 @@
 """The known mistakes of ``average_gradients`` and their fingerprints in the ranks' records (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/average_gradients.py
-(tests/test_diagnosis.py). Each rank records, per call, its gradients and parameters before and after the call.
+(tests/exercises/test_diagnosis.py). Each rank records, per call, its gradients and parameters before and after the call.
 """
 from ..diagnosis import EVERY, Mistake, error_of, ran
 from ..localise import Locate

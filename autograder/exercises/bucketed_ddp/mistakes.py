@@ -1,6 +1,6 @@
 """The known mistakes of ``BucketedDDP`` and their fingerprints in the ranks' records (plain Python).
 
-Built from, and tested against, the named wrong variants of tests/variants/bucketed_ddp.py (tests/test_diagnosis.py).
+Built from, and tested against, the named wrong variants of tests/variants/bucketed_ddp.py (tests/exercises/test_diagnosis.py).
 Each rank records, per step, its gradients after synchronisation and the events of its backward pass (a gradient
 ready, an all-reduce issued, a wait, backward done); the reference carries DDP's run (``ddp``). The gradients are read
 with the checks' own ``gradient_problem``, which already tells a sum from an average and a rank from another.

@@ -1,6 +1,6 @@
 """The known mistakes of ``Checkpointer`` and their fingerprints in the ranks' records (plain Python).
 
-Built from, and tested against, the named wrong variants of tests/variants/checkpointer.py (tests/test_diagnosis.py).
+Built from, and tested against, the named wrong variants of tests/variants/checkpointer.py (tests/exercises/test_diagnosis.py).
 Rank 0 of each resumed run records what ``load()`` returned, the whole state right after it, and what each resumed
 step read (sums of its batch and of its random numbers); the reference's scenarios carry the run that never failed
 (``truth``). The memory scenario's peaks are read outside the ranks.

@@ -1,7 +1,7 @@
 """The known mistakes of ``ExpertParallelMoE`` and their fingerprints in the ranks' records (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/expert_parallel_moe.py
-(tests/test_diagnosis.py). Each rank records its output, x.grad, its experts' and the router's gradients and the
+(tests/exercises/test_diagnosis.py). Each rank records its output, x.grad, its experts' and the router's gradients and the
 collectives of its forward and backward passes ([operation, elements]); the reference carries the dense MoE's run
 (``dense``: also its output without the gate and with rows left sorted by expert). The ``traffic`` scenario's bytes
 (measured outside the ranks) are read only where they were measured on a loopback of the ranks' own.

@@ -1,7 +1,7 @@
 """The known mistakes of ``FlashAttention`` and their fingerprints in the observations (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/flash_attention.py
-(tests/test_diagnosis.py). Each scenario records o, dq, dk, dv and their dtypes (the reference's carries attention's
+(tests/exercises/test_diagnosis.py). Each scenario records o, dq, dk, dv and their dtypes (the reference's carries attention's
 own values, ``truth``); the memory scenario also what forward saved, the largest tensor made and the peak measured
 from outside. Causal rows tell a lot: query row 1 sees two keys, both in the first tile of any tiling, so a mistake
 in combining tiles leaves it right while a mistake in every tile's arithmetic does not.

@@ -1,7 +1,7 @@
 """The known mistakes of ``FlightRecorder`` and their fingerprints in the reports (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/flight_recorder.py
-(tests/test_diagnosis.py). Each reporting rank's record holds its report; what the grader made happen is in the
+(tests/exercises/test_diagnosis.py). Each reporting rank's record holds its report; what the grader made happen is in the
 reference's case (``cases.expected``).
 """
 from ..diagnosis import EVERY, Mistake, error_of, ran

@@ -1,7 +1,7 @@
 """The known mistakes of ``FusedLayerNorm`` and their fingerprints in the observations (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/fused_layer_norm.py
-(tests/test_diagnosis.py). The kernel scenarios tell most: the grader's own launches, with guards around every
+(tests/exercises/test_diagnosis.py). The kernel scenarios tell most: the grader's own launches, with guards around every
 buffer (``guards``: which are intact) and outputs pre-filled with a marker; the backward launch gets the true
 statistics, so a backward mistake shows whatever the forward does.
 """

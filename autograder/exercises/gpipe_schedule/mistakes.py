@@ -1,6 +1,6 @@
 """The known mistakes of ``gpipe_schedule`` and their fingerprints in the returned tables (plain Python).
 
-Built from, and tested against, the named wrong variants of tests/variants/gpipe_schedule.py (tests/test_diagnosis.py).
+Built from, and tested against, the named wrong variants of tests/variants/gpipe_schedule.py (tests/exercises/test_diagnosis.py).
 A fingerprint reads the raw table of the lesson's example (main_0) or of every main scenario, never trusting its shape.
 """
 from ..diagnosis import EVERY, Mistake, ran, raw_text

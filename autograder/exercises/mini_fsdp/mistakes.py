@@ -1,6 +1,6 @@
 """The known mistakes of ``MiniFSDP`` and their fingerprints in the ranks' records (plain Python).
 
-Built from, and tested against, the named wrong variants of tests/variants/mini_fsdp.py (tests/test_diagnosis.py).
+Built from, and tested against, the named wrong variants of tests/variants/mini_fsdp.py (tests/exercises/test_diagnosis.py).
 Each rank records its shard's size and dtypes, the losses and gradient norms, what it held between layers
 (``between``: per step and layer, [layer, bytes held, layers gathered]), the bytes held after synchronisation and
 its gathered full parameters; the reference carries FSDP2's run (``fsdp2``). Records of another shape than the

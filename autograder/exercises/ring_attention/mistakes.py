@@ -1,7 +1,7 @@
 """The known mistakes of ``ring_attention`` and their fingerprints in the ranks' records (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/ring_attention.py
-(tests/test_diagnosis.py). Each rank records its output chunk, its point-to-point messages ([peer, bytes]) and its
+(tests/exercises/test_diagnosis.py). Each rank records its output chunk, its point-to-point messages ([peer, bytes]) and its
 collectives ([kind, count] pairs); the reference carries full attention over the whole sequence (``full``), chunk by
 chunk. Which ranks are right tells a lot: with a causal mask, rank 0 sees only its own chunk, rank 1 two chunks, and
 so on. The ``memory`` scenario's readings, taken outside the ranks (what a rank holds at each of its sends, and its

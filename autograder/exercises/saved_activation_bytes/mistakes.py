@@ -1,7 +1,7 @@
 """The known mistakes of ``saved_activation_bytes`` and their fingerprints in the counts (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/saved_activation_bytes.py
-(tests/test_diagnosis.py). Each scenario records the count and its type; the sizes are in the reference's case, so a
+(tests/exercises/test_diagnosis.py). Each scenario records the count and its type; the sizes are in the reference's case, so a
 fingerprint knows the bytes of an input, a weight or a buffer exactly.
 """
 from ..diagnosis import EVERY, Mistake, ran

@@ -1,7 +1,7 @@
 """The known mistakes of ``ShardedOptimizer`` and their fingerprints in the ranks' records (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/sharded_optimizer.py
-(tests/test_diagnosis.py). Each rank records its parameters after every step and the optimizer state it holds; the
+(tests/exercises/test_diagnosis.py). Each rank records its parameters after every step and the optimizer state it holds; the
 reference's scenarios carry the unsharded optimizer's run (``truth``). The ``memory`` scenario's readings (what each
 rank holds after each step, read outside the rank) carry the reference's and the unsharded optimizer's, measured the
 same way: what the object shows can be shaped by the student, these cannot.

@@ -1,7 +1,7 @@
 """The known mistakes of ``TensorParallelMLP`` and their fingerprints in the ranks' records (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/tensor_parallel_mlp.py
-(tests/test_diagnosis.py). Each rank records its output, x.grad, its shards (value and gradient) and the collectives
+(tests/exercises/test_diagnosis.py). Each rank records its output, x.grad, its shards (value and gradient) and the collectives
 of its forward and backward passes ([kind, count] pairs); the reference carries the single-process MLP's run
 (``single``). A count record with another set of operations than the reference's does not parse, so these
 fingerprints read the raw records. Each rank's layers are true only in its own block of hidden units (the others

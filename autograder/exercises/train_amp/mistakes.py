@@ -1,6 +1,6 @@
 """The known mistakes of ``train_amp`` and their fingerprints in the observations (plain Python).
 
-Built from, and tested against, the named wrong variants of tests/variants/train_amp.py (tests/test_diagnosis.py).
+Built from, and tested against, the named wrong variants of tests/variants/train_amp.py (tests/exercises/test_diagnosis.py).
 Many mistakes change how often the optimizer steps, and then a scenario does not parse (its per-step lists have
 another length than the reference's): those fingerprints read the raw scenario (``raw_scenario``), defensively.
 """

@@ -1,7 +1,7 @@
 """The known mistakes of ``train_with_accumulation`` and their fingerprints in the observations (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/train_with_accumulation.py
-(tests/test_diagnosis.py). Each fingerprint reads only what the mistake changes, so two mistakes at once both show.
+(tests/exercises/test_diagnosis.py). Each fingerprint reads only what the mistake changes, so two mistakes at once both show.
 """
 from ..diagnosis import ALL, EVERY, Mistake, ran
 from ..localise import Locate

@@ -1,7 +1,7 @@
 """The known mistakes of ``TritonFlashAttention`` and their fingerprints in the observations (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/triton_flash_attention.py
-(tests/test_diagnosis.py). The reference's truth holds, besides attention in float64, what some mistakes compute
+(tests/exercises/test_diagnosis.py). The reference's truth holds, besides attention in float64, what some mistakes compute
 (``alternatives``: L with the scale applied twice, L without the maximum, o without the rescale, the causal L with
 the diagonal left out), so that each is recognised by its values, not guessed from which checks failed.
 """

@@ -1,7 +1,7 @@
 """The known mistakes of ``zero_memory_per_rank`` and their fingerprints in the returned numbers (plain Python).
 
 Built from, and tested against, the named wrong variants of tests/variants/zero_memory_per_rank.py
-(tests/test_diagnosis.py). A fingerprint reads the raw calls (an error call does not parse like a value call).
+(tests/exercises/test_diagnosis.py). A fingerprint reads the raw calls (an error call does not parse like a value call).
 """
 import math
 

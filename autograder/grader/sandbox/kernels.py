@@ -9,7 +9,7 @@ and dispatch key, and keeps the registration alive with no Python reference to i
 cell can deregister it). The reference's worker keeps the kernels (its ground truths use SDPA).
 
 ``torch._C._dispatch_library`` is private torch API: it stays behind ``switch_off``, which
-tests/test_sandbox_defences.py checks on the installed torch. What remains: a cell that scans its own process's
+tests/sandbox/test_sandbox_defences.py checks on the installed torch. What remains: a cell that scans its own process's
 memory with ctypes for the registration, or tiles through ``torch.compile`` (flex attention); the class report's
 audit lists cells that reach into ``torch._C``.
 """
