@@ -107,6 +107,7 @@ ANSWERS = {
     "my_causal_tiles": r"1 ?\+ ?2 ?\+ ?3 ?\+ ?4",
     "my_dx_row_sum": r"(sums?|adds? up) to (zero|0)\b",
     "my_unfused_over_fused": MEASURED,  # depends on how PyTorch's backward splits into operators
+    "my_unfused_ce_extra_bytes": r"256,?00[04] bytes|64 ?× ?1,?000 ?× ?4",
 }
 
 
