@@ -9,7 +9,7 @@ def _grade(args) -> int:
     from .grader.batch import grade_class
     from .grader.escape import terminal
     from .grader.outputs import STATE
-    from .grader.sandbox.sandbox import Limits, WorkersCannotStart, make_sandbox
+    from .grader.sandbox.launch import Limits, WorkersCannotStart, make_sandbox
     from .grader.submissions import SubmissionsError
 
     if not Path(args.submissions).exists():
@@ -73,7 +73,7 @@ def _observe_public() -> dict[str, dict]:
     solutions are trusted code, so without isolation)."""
     from .authoring.course import load_course
     from .grader.references import reference_observations
-    from .grader.sandbox.sandbox import make_sandbox
+    from .grader.sandbox.launch import make_sandbox
 
     course = load_course()
     return reference_observations(course, course.exercises, make_sandbox(enabled=False), salt=0)

@@ -26,8 +26,8 @@ import json, sys, time
 sys.path.insert(0, "tests")
 from autograder.authoring.course import load_course
 from autograder.exercises import get_exercise
-from autograder.exercises.define import define_function
-from autograder.exercises.observing import observe
+from autograder.exercises.beside.define import define_function
+from autograder.exercises.beside.observing import observe
 exercise, times = sys.argv[1], int(sys.argv[2])
 spec = load_course().spec_for_exercise(exercise)
 from submission_factory import reference_source

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from autograder.authoring.course import reference_function
-from autograder.exercises.define import define_function
+from autograder.exercises.beside.define import define_function
 from coursekit.dist import launch
 
 MIB = 2**20

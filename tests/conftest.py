@@ -13,9 +13,9 @@ from processes import subreaper  # noqa: F401  (a fixture for every test module)
 
 from autograder.authoring.course import load_course, reference_function
 from autograder.exercises import all_exercises, get_exercise
-from autograder.exercises.define import define_function
-from autograder.exercises.diagnosis import diagnose
-from autograder.exercises.observing import observe
+from autograder.exercises.beside.define import define_function
+from autograder.exercises.beside.observing import observe
+from autograder.exercises.judging.diagnosis import diagnose
 
 REPO = Path(__file__).resolve().parent.parent
 # Tests start nbgrader, jupyter and torchrun as programs, and nbgrader itself runs `alembic`: find them in

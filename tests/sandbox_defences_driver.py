@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from autograder.grader.sandbox.sandbox import make_sandbox  # noqa: E402
+from autograder.grader.sandbox.launch import make_sandbox  # noqa: E402
 
 FORBIDDEN_CHECK = r"""
 import json, torch, torch.distributed, torch.optim, torch._dynamo
@@ -124,7 +124,7 @@ print(json.dumps({"uid": os.getuid(), "exit": codes, "ranks": [json.loads(x) for
 
 FAMILY = r"""
 import json, os, time
-from autograder.exercises import ranks
+from autograder.exercises.beside import ranks
 from autograder.grader.sandbox import worker
 worker._not_dumpable()
 worker._configure_ranks(os.pipe()[1])  # as a grading task does (the pipe stands for its channel to the zygote)
@@ -178,7 +178,7 @@ LAZY_IMPORT = r"""
 import json, os, sys
 from pathlib import Path
 import coursekit
-from autograder.exercises import ranks
+from autograder.exercises.beside import ranks
 from autograder.grader.sandbox import worker
 worker._not_dumpable()
 worker._configure_ranks(os.pipe()[1])
@@ -195,8 +195,9 @@ print(json.dumps({"module": name, "imported_from": result.get("ranks", result), 
 
 COSTS = r"""
 import json, os, statistics, time
-from autograder.exercises import meter
-from autograder.grader.sandbox import family, isolation, worker
+from autograder.exercises.beside import meter
+from autograder.grader.sandbox import isolation, worker
+from autograder.grader.sandbox import rank_holdings as family
 worker._not_dumpable()
 
 def fork_ms(setup):

@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 
 from ..exercises import all_exercises
-from ..exercises.define import define_function
+from ..exercises.beside.define import define_function
 
 SETUP_TAG = "setup"
 
@@ -117,7 +117,7 @@ def live_reference(exercise: str) -> dict:
     """The reference solution observed in this process (the instructor's kernel), once per exercise."""
     if exercise not in _live:
         from ..exercises import get_exercise
-        from ..exercises.observing import observe
+        from ..exercises.beside.observing import observe
 
         _live[exercise] = observe(get_exercise(exercise), reference_function(exercise), as_reference=True)
     return _live[exercise]

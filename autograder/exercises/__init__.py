@@ -9,7 +9,7 @@ import importlib
 import pkgutil
 from functools import cache
 
-from .protocol import Exercise
+from .exercise import Exercise
 
 
 @cache

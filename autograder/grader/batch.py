@@ -29,7 +29,7 @@ from .references import reference_observations
 from .report import write_reports
 from .rows import Row
 from .runner import close_idle_workers, keep_idle_workers
-from .sandbox.sandbox import Sandbox
+from .sandbox.launch import Sandbox
 from .submissions import Submission, discover, submitted_notebooks
 
 

@@ -4,7 +4,7 @@ Written by every ``python -m autograder grade`` run, and on demand from an OUT f
 OUT``), from ``OUT/results.json`` (every row, saved by the run), ``OUT/run.json`` (the run's summary) and
 ``OUT/similar.csv`` (similar submissions, ``similarity.py``). It shows, in this order: who needs attention (a total
 of 0, an exercise that could not run or timed out), the mistakes diagnosed with their counts and students
-(``exercises/diagnosis.py``), the score distribution and per-check pass rates of each exercise, similar pairs of
+(``exercises/judging/diagnosis.py``), the score distribution and per-check pass rates of each exercise, similar pairs of
 cells, the cells an instructor may want to read (``audit.py``), and the grading time.
 
 Every student-controlled string (ids, names, reasons, findings quoting their code) is escaped: jinja2 with
@@ -32,7 +32,7 @@ LOCATED = "where: "  # grades.csv's cause when no catalogue mistake is named (di
 
 
 @dataclass
-class Exercise:
+class ExerciseSummary:
     name: str
     notebook: str
     max_score: float
@@ -57,7 +57,7 @@ class Exercise:
 @dataclass
 class ClassReport:
     students: int
-    exercises: list[Exercise]
+    exercises: list[ExerciseSummary]
     attention: list[dict]        # student, name, total, max, why
     review: list[dict]           # student, name, exercise, finding
     similar: list[dict]          # exercise, a, b, similarity, shared
@@ -76,7 +76,7 @@ def build(rows: list[Row], exercises: list[str], run: dict, pairs: list[dict]) -
     for name, ex_rows in by_exercise.items():
         if not ex_rows:
             continue
-        ex = Exercise(name, ex_rows[0].notebook, ex_rows[0].max_score)
+        ex = ExerciseSummary(name, ex_rows[0].notebook, ex_rows[0].max_score)
         graded = [r for r in ex_rows if r.graded]
         ex.scores = [r.score for r in graded]
         ex.ungraded = len(ex_rows) - len(graded)

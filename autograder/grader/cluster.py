@@ -7,7 +7,7 @@ devices the grader decided (a GPU only if the references were observed with one)
 from functools import cache
 
 from .grading import grade_submission
-from .sandbox.sandbox import Limits, Sandbox, make_sandbox
+from .sandbox.launch import Limits, Sandbox, make_sandbox
 
 
 @cache

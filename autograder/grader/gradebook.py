@@ -20,9 +20,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..authoring.course import Course, nbgrader_config
-from ..exercises.diagnosis import Diagnosis
-from ..exercises.protocol import CheckResult
-from ..exercises.verdict import format_report, score_result
+from ..exercises.exercise import CheckResult
+from ..exercises.judging.diagnosis import Diagnosis
+from ..exercises.judging.verdict import format_report, score_result
 from .escape import file_stem, strip_controls
 from .notebook import Cell, Notebook, NotebookProblem, parse_notebook
 from .rows import Row

@@ -10,16 +10,16 @@ from dataclasses import asdict, dataclass
 
 from ..authoring.course import Course
 from ..exercises import get_exercise
-from ..exercises.diagnosis import diagnose
-from ..exercises.verdict import feedback_sentence, total
+from ..exercises.judging.diagnosis import diagnose
+from ..exercises.judging.verdict import feedback_sentence, total
 from .audit import audit
 from .escape import strip_controls
 from .isolation import run_isolated
+from .messages import TaskResult
 from .notebook import NotebookProblem, exercise_cells
-from .protocol import TaskResult
 from .rows import Row, clean, ungraded
 from .runner import Task
-from .sandbox.sandbox import Sandbox
+from .sandbox.launch import Sandbox
 from .submissions import Submission, match_notebooks
 
 

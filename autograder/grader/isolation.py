@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..exercises import get_exercise
 from .runner import Task, run_tasks
-from .sandbox.sandbox import Sandbox
+from .sandbox.launch import Sandbox
 
 
 class AloneOrShared:

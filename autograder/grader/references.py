@@ -5,7 +5,7 @@ from ..authoring.course import Course
 from ..exercises import get_exercise
 from .isolation import by_worker
 from .runner import Task, run_tasks
-from .sandbox.sandbox import Sandbox
+from .sandbox.launch import Sandbox
 
 
 def held_out_salt(course: Course, exercise: str) -> int:

@@ -10,9 +10,9 @@ import html
 from collections import defaultdict
 from pathlib import Path
 
-from ..exercises.diagnosis import Diagnosis
-from ..exercises.feedback import Section, consequence_line, explained_line, sections
-from ..exercises.protocol import CheckResult
+from ..exercises.exercise import CheckResult
+from ..exercises.judging.diagnosis import Diagnosis
+from ..exercises.judging.feedback import Section, consequence_line, explained_line, sections
 from .escape import file_stem, md_code, md_text, strip_controls
 from .outputs import FEEDBACK, GRADES, SUMMARY, csv_text, write_atomic
 from .rows import Row

@@ -3,7 +3,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..exercises import get_exercise
-from .protocol import REASON_CHARS, clean_text
+from .messages import REASON_CHARS, clean_text
 from .submissions import Submission
 
 ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")

@@ -1,6 +1,6 @@
 """Grader side of the worker protocol: start a (sandboxed) worker, feed it tasks, collect results.
 
-The worker's answers are untrusted data: each line becomes a typed ``TaskResult`` in ``protocol.py`` or
+The worker's answers are untrusted data: each line becomes a typed ``TaskResult`` in ``messages.py`` or
 is dropped. The grader keeps its own clock: a task that has not answered within its time limit (plus a
 grace period) gets the time-out reason, and the whole sandbox is killed from outside (its cgroup, its
 process group, its PID namespace), whatever the task did to the worker inside (stopped it, for example).
@@ -19,8 +19,8 @@ import threading
 import time
 from contextlib import ExitStack
 
-from .protocol import LINE_LIMIT, BadMessage, Task, TaskResult, failed, parse_line, parse_ready
-from .sandbox.sandbox import Sandbox
+from .messages import LINE_LIMIT, BadMessage, Task, TaskResult, failed, parse_line, parse_ready
+from .sandbox.launch import Sandbox
 
 STARTUP_S = 120.0          # python + torch import inside the sandbox, on a busy machine
 GRACE_S = 15.0             # the worker's own clean-up after a task, before the grader steps in

@@ -16,9 +16,9 @@ import os
 from collections.abc import Callable
 
 from ..exercises import get_exercise
-from ..exercises.diagnosis import diagnose
-from ..exercises.observing import observe
-from ..exercises.verdict import format_report, total
+from ..exercises.beside.observing import observe
+from ..exercises.judging.diagnosis import diagnose
+from ..exercises.judging.verdict import format_report, total
 from .capture import captured_output
 from .recorded import ReferenceUnavailable, load_recorded, on_this_machine, setting_notes
 from .score import report_stream, shown_score

@@ -48,7 +48,8 @@ def exercise_code(package: str) -> list[Path]:
     """What one exercise's observations and scores depend on: its own package and the shared exercise modules
     (wording-only ones left out), and the coursekit modules any of them imports, followed through coursekit."""
     own = EXERCISES.joinpath(*package.split(".")[2:])
-    shared = [p for p in EXERCISES.glob("*.py") if p.name not in WORDING_ONLY]
+    shared = [p for folder in (EXERCISES, EXERCISES / "beside", EXERCISES / "judging") for p in folder.glob("*.py")
+              if p.name not in WORDING_ONLY]
     files = shared + [p for p in own.glob("*.py") if p.name not in WORDING_ONLY]
     return files + _coursekit_imports(files)
 

@@ -8,7 +8,7 @@ import os
 import sys
 import textwrap
 
-from ..exercises.verdict import score_result
+from ..exercises.judging.verdict import score_result
 
 
 class PartialScore(float):

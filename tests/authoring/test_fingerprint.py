@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-VERSION = ("from autograder.grader.batch import _grader_version; from autograder.grader.sandbox.sandbox import Sandbox, "
+VERSION = ("from autograder.grader.batch import _grader_version; from autograder.grader.sandbox.launch import Sandbox, "
            "Limits; print(_grader_version({}, Sandbox('off', Limits(), None), None))")
 
 
@@ -44,7 +44,7 @@ def append(path: Path, line: str) -> None:
 
 
 @pytest.mark.parametrize("edited", ["exercises/train_amp/checks.py", "exercises/ring_attention/mistakes.py",
-                                    "exercises/feedback.py", "grader/class_report.html.j2"])
+                                    "exercises/judging/feedback.py", "grader/class_report.html.j2"])
 def test_an_edit_anywhere_in_the_grader_makes_a_resumed_run_grade_again(copy, edited):
     before = grader_version(copy)
     assert grader_version(copy) == before  # the same code, the same version: saved rows are resumed
@@ -57,7 +57,7 @@ def test_an_edit_to_the_meter_makes_generate_check_fail_and_a_catalogue_edit_doe
     assert check.returncode == 0, check.stdout + check.stderr
     append(copy / "autograder" / "exercises" / "ring_attention" / "mistakes.py", "# wording only")
     assert run(copy, "-m", "autograder", "generate", "--check").returncode == 0
-    append(copy / "autograder" / "exercises" / "meter.py", "# a planted edit")
+    append(copy / "autograder" / "exercises" / "beside" / "meter.py", "# a planted edit")
     check = run(copy, "-m", "autograder", "generate", "--check")
     assert check.returncode != 0
     assert "the code of `BucketedDDP` changed" in check.stdout + check.stderr

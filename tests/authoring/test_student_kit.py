@@ -182,7 +182,7 @@ def test_the_kit_carries_the_declared_parts_only():
     names = {p.relative_to(REPO).as_posix() for p in student_files()}
     assert KIT == ("autograder/__init__.py", "autograder/exercises", "autograder/selfcheck", "autograder/references")
     for needed in ("autograder/__init__.py", "autograder/selfcheck/__init__.py", "autograder/selfcheck/recorded.py",
-                   "autograder/exercises/protocol.py", "autograder/exercises/verdict.py"):
+                   "autograder/exercises/exercise.py", "autograder/exercises/judging/verdict.py"):
         assert needed in names
     for exercise in load_course().exercises:
         package = get_exercise(exercise).package.replace(".", "/")
@@ -214,7 +214,7 @@ def test_no_catalogue_of_mistakes_quotes_a_line_of_a_solution(tmp_path):
     bodies = solution_bodies()
     catalogues = sorted((REPO / "autograder" / "exercises").glob("*/mistakes.py"))
     assert len(catalogues) >= 10
-    for path in catalogues + [REPO / "autograder" / "exercises" / "localise.py"]:
+    for path in catalogues + [REPO / "autograder" / "exercises" / "judging" / "localise.py"]:
         assert catalogue_leaks(str(path.relative_to(REPO)), path.read_text(), bodies) == [], path
     line = next(line for line in bodies["train_amp"] if line.startswith("with torch.autocast"))
     planted = (REPO / "autograder/exercises/train_amp/mistakes.py").read_text() + f"\nFIX = 'Use `{line}`.'\n"
@@ -416,7 +416,7 @@ def test_the_class_grader_never_reads_the_shipped_file(monkeypatch, tmp_path):
     from submission_factory import write
 
     from autograder.grader.batch import grade_class
-    from autograder.grader.sandbox.sandbox import make_sandbox
+    from autograder.grader.sandbox.launch import make_sandbox
 
     def forged(data):  # the blank notebook's observation recorded as the "reference"
         data["observation"] = {"scenarios": {}}

@@ -374,7 +374,7 @@ def test_a_cuda_scenario_the_reference_could_not_run_costs_nothing():
 
     from autograder.authoring.course import reference_function
     from autograder.exercises import get_exercise
-    from autograder.exercises.observing import observe
+    from autograder.exercises.beside.observing import observe
 
     exercise = get_exercise("train_amp")
     reference = observe(exercise, reference_function("train_amp"), as_reference=True)

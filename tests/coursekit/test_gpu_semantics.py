@@ -242,7 +242,7 @@ def test_tensors_on_the_rank_device_pass(how):
 
 def _mini_fsdp_losses(rank, world_size, source):
     from autograder.authoring.course import load_course
-    from autograder.exercises.define import define_function
+    from autograder.exercises.beside.define import define_function
     from autograder.exercises.mini_fsdp.cases import cases
     from autograder.exercises.mini_fsdp.observe import student_rank
 

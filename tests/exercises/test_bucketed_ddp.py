@@ -94,7 +94,7 @@ def test_buckets_of_different_sizes_are_named_however_the_rank_dies(death):
     from conftest import student_observation
 
     from autograder.exercises import get_exercise
-    from autograder.exercises.diagnosis import diagnose
+    from autograder.exercises.judging.diagnosis import diagnose
 
     ex, reference = get_exercise("BucketedDDP"), reference_observation("BucketedDDP")
     student = student_observation("BucketedDDP", WRONG["rank_dependent_bucket_order"][0])

@@ -1,4 +1,4 @@
-"""Diagnosis, cause first (autograder/exercises/diagnosis.py, each exercise's mistakes.py).
+"""Diagnosis, cause first (autograder/exercises/judging/diagnosis.py, each exercise's mistakes.py).
 
 * every named wrong variant of tests/variants/ is diagnosed as the catalogue's mistake(s) that name it (its id is the
   variant's name, or the mistake lists it in ``variants``), and that cause explains every failed check, so no check
@@ -15,8 +15,8 @@ from conftest import observed, reference_observation, variant_modules
 from variants import variant_marks, variant_salts
 
 from autograder.exercises import get_exercise
-from autograder.exercises.diagnosis import Diagnosis, catalogue, diagnose
-from autograder.exercises.verdict import feedback_sentence, format_report
+from autograder.exercises.judging.diagnosis import Diagnosis, catalogue, diagnose
+from autograder.exercises.judging.verdict import feedback_sentence, format_report
 
 WITH_CATALOGUE = sorted(ex for ex in variant_modules() if catalogue(get_exercise(ex)))
 
@@ -50,7 +50,7 @@ def test_every_variant_is_diagnosed_as_itself(exercise, kind, name, salt):
     assert want, f"no mistake in {exercise}'s catalogue stands for the variant {name!r}"
     assert set(diagnosis.cause_id.split("+")) == want, (
         diagnosis.cause_id, [c.seen for c in diagnosis.causes],
-        "consistent only: is autograder/exercises/known_fails.py stale? python tests/known_fails.py " + exercise)
+        "consistent only: is autograder/exercises/judging/known_fails.py stale? python tests/known_fails.py " + exercise)
     assert diagnosis.unexplained == (), f"failed checks no cause explains: {diagnosis.unexplained}"
     report = format_report(exercise, results, diagnosis)
     if diagnosis.kind == "cause":  # the explained checks keep their titles, never their own advice
@@ -170,7 +170,7 @@ def test_the_diagnosis_survives_a_round_trip_through_a_saved_row():
 
 
 def test_a_fingerprint_that_cannot_read_its_data_does_not_match():
-    from autograder.exercises.diagnosis import Mistake
+    from autograder.exercises.judging.diagnosis import Mistake
 
     def broken(student, reference):
         return student["scenarios"]["nowhere"]["x"]

@@ -11,7 +11,7 @@ from variants.fused_layer_norm import REFERENCE, WRONG, edit
 
 from autograder.authoring.course import load_course
 from autograder.exercises import get_exercise
-from autograder.exercises.observing import observe
+from autograder.exercises.beside.observing import observe
 
 NB, EX = "10_triton_kernels.ipynb", "FusedLayerNorm"
 # values right, one element written past each row's end: only the guards can tell
@@ -34,7 +34,7 @@ def test_class_grading_runs_the_interpreter_in_the_sandbox(tmp_path):
 
 
 def test_a_write_one_element_past_a_row_is_caught_by_the_guards():
-    from autograder.exercises.define import define_function
+    from autograder.exercises.beside.define import define_function
 
     spec = load_course().spec_for_exercise(EX)
     fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", WRITES_ONE_PAST)], EX)
@@ -55,7 +55,7 @@ def test_the_kits_self_check_gives_every_variant_the_graders_score():
     from conftest import grade_source
     from variants import fused_layer_norm as suite
 
-    from autograder.exercises.define import define_function
+    from autograder.exercises.beside.define import define_function
     from autograder.selfcheck import check
 
     spec = load_course().spec_for_exercise(EX)

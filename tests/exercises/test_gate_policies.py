@@ -1,8 +1,8 @@
-"""The launcher's gate policies (exercises/meter.py), driven by every order in which ranks can reach their gates."""
+"""The launcher's gate policies (exercises/beside/meter.py), driven by every order in which ranks can reach their gates."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autograder.exercises.meter import SampleAtGates, StopAllAtGates
+from autograder.exercises.beside.meter import SampleAtGates, StopAllAtGates
 
 
 class FakeMeter:

@@ -1,4 +1,4 @@
-"""autograder/exercises/known_fails.py is current: what each catalogued mistake's named variants do, regenerated
+"""autograder/exercises/judging/known_fails.py is current: what each catalogued mistake's named variants do, regenerated
 from tests/variants, is covered by the record the diagnosis calibrates its confidence with (like ``generate --check``):
 nothing goes wrong, in a scenario, a kind or a direction the record lacks (what diagnosis.contradictions compares)."""
 import pytest
@@ -6,7 +6,7 @@ from conftest import variant_modules
 from known_fails import covered, record, seen
 
 from autograder.exercises import get_exercise
-from autograder.exercises.diagnosis import catalogue, known
+from autograder.exercises.judging.diagnosis import catalogue, known
 
 RECORDED = [pytest.param(ex, marks=[pytest.mark.slow] if get_exercise(ex).ranks else [], id=ex)
             for ex in sorted(variant_modules()) if catalogue(get_exercise(ex))]

@@ -14,8 +14,8 @@ from conftest import grade_source
 from submission_factory import reference_source
 from variants.mini_fsdp import WRONG
 
-from autograder.exercises.gating import GradientGate, factors, replay
-from autograder.exercises.meter import SEED_BITS, SampleAtGates
+from autograder.exercises.beside.gating import GradientGate, factors, replay
+from autograder.exercises.beside.meter import SEED_BITS, SampleAtGates
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def test_answering_the_pauses_ahead_loses_the_memory_checks():
 
 # The reference, and one more request at a pause after its backward: asking twice is refused and counted.
 ASKS_ONCE_MORE = '''
-import autograder.exercises.ranks as ranks
+import autograder.exercises.beside.ranks as ranks
 
 _Reference = MiniFSDP
 
@@ -54,7 +54,7 @@ def test_a_rank_that_asks_once_more_than_the_model_loses_the_memory_checks():
 # BucketedDDP, the red team's other case: the real all-reduce runs after backward in bfloat16, and the bytes it saves
 # go as junk point-to-point during backward, so the loopback sees as much as the method's, while rank 0 is held too.
 BF16_AFTER_BACKWARD = '''
-from autograder.exercises.gating import GradientGate
+from autograder.exercises.beside.gating import GradientGate
 
 _Reference = BucketedDDP
 

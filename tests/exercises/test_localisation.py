@@ -1,4 +1,4 @@
-"""Localisation (autograder/exercises/localise.py): uncatalogued single-bug cells get told which result is wrong,
+"""Localisation (autograder/exercises/judging/localise.py): uncatalogued single-bug cells get told which result is wrong,
 where and by how much, and never a confident cause that is not theirs.
 
 ``UNCATALOGUED`` is the development set: each entry is a student cell (run after the notebook's setup cell, like
@@ -28,9 +28,9 @@ from variants import train_with_accumulation as acc
 from variants import zero_memory_per_rank as zero
 
 from autograder.exercises import get_exercise
-from autograder.exercises.diagnosis import diagnose
-from autograder.exercises.localise import DEDUCED, Locate, localise
-from autograder.exercises.verdict import feedback_sentence, format_report
+from autograder.exercises.judging.diagnosis import diagnose
+from autograder.exercises.judging.localise import DEDUCED, Locate, localise
+from autograder.exercises.judging.verdict import feedback_sentence, format_report
 
 _DK = "dk[..., j:j + BLOCK_K, :] += ds.transpose(-1, -2) @ qi * scale"
 _DV = "dv[..., j:j + BLOCK_K, :] += p.transpose(-1, -2) @ doi"
@@ -273,8 +273,8 @@ def test_every_renderer_leads_with_the_localisation_and_withholds_the_advice_it_
     """One structure (feedback.sections) for the test cell, grades.csv, the feedback files and the notebook."""
     from dataclasses import asdict
 
-    from autograder.exercises.diagnosis import Diagnosis
-    from autograder.exercises.protocol import CheckResult
+    from autograder.exercises.exercise import CheckResult
+    from autograder.exercises.judging.diagnosis import Diagnosis
     from autograder.grader.report import feedback_html, feedback_markdown
     from autograder.grader.rows import Row
 
@@ -514,7 +514,7 @@ def test_a_table_says_which_entry_differs_and_what_the_students_holds():
 def test_a_deadlock_says_no_set_of_ranks_that_timing_chose():
     """Which ranks the launcher saw stop first in a deadlock is timing, not the student's code: the words must not
     change from one run to the next (the kit and the instructor compared them); a real exception keeps its ranks."""
-    from autograder.exercises.localise import _crashed
+    from autograder.exercises.judging.localise import _crashed
 
     reference = {"scenarios": {k: {"case": {"what": f"on {n} ranks", "world_size": n}} for k, n in (("a", 2), ("b", 3))}}
     hung = [_crashed(reference, [("a", first, "", "deadlock"), ("b", "rank 2", "", "deadlock")])

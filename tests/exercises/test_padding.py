@@ -13,7 +13,7 @@ from submission_factory import reference_source
 from variants.expert_parallel_moe import CORRECT, WRONG
 
 from autograder.exercises.expert_parallel_moe import cases, checks
-from autograder.exercises.reading import measured_privately
+from autograder.exercises.judging.checking import measured_privately
 
 pytestmark = pytest.mark.slow
 MOE = "ExpertParallelMoE"

@@ -1,7 +1,7 @@
-"""The launcher of the grader's scenarios (exercises/ranks.py), on its own."""
+"""The launcher of the grader's scenarios (exercises/beside/ranks.py), on its own."""
 import pytest
 
-from autograder.exercises.ranks import Deferred, observe_on_ranks, run_on_ranks
+from autograder.exercises.beside.ranks import Deferred, observe_on_ranks, run_on_ranks
 
 
 def _answers_at_once(rank: int, world_size: int) -> dict:

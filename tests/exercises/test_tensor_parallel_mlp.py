@@ -17,8 +17,8 @@ from processes import descendants_left
 from submission_factory import grade_one_exercise_class, reference_source
 from variants.tensor_parallel_mlp import WRONG
 
-from autograder.exercises.observing import collective_counts
-from autograder.exercises.ranks import warm_profiler
+from autograder.exercises.beside.observing import collective_counts
+from autograder.exercises.beside.ranks import warm_profiler
 from autograder.exercises.tensor_parallel_mlp import cases, checks, observe
 from coursekit.dist import launch
 

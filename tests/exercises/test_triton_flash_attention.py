@@ -11,7 +11,7 @@ from variants.triton_flash_attention import REFERENCE, WRONG, edit
 
 from autograder.authoring.course import load_course
 from autograder.exercises import get_exercise
-from autograder.exercises.observing import observe
+from autograder.exercises.beside.observing import observe
 
 NB, EX = "10_triton_kernels.ipynb", "TritonFlashAttention"
 # values right, o's store unmasked: the last query tile writes past the end of o, only the guards can tell
@@ -20,7 +20,7 @@ STORES_PAST_O = edit(REFERENCE, ("o.to(o_ptr.dtype.element_ty), mask=rows[:, Non
 
 
 def observed(source: str) -> dict:
-    from autograder.exercises.define import define_function
+    from autograder.exercises.beside.define import define_function
 
     spec = load_course().spec_for_exercise(EX)
     fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", source)], EX)
@@ -70,7 +70,7 @@ def test_the_kits_self_check_gives_every_variant_the_graders_score():
     from conftest import grade_source
     from variants import triton_flash_attention as suite
 
-    from autograder.exercises.define import define_function
+    from autograder.exercises.beside.define import define_function
     from autograder.selfcheck import check
 
     spec = load_course().spec_for_exercise(EX)

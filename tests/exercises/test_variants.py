@@ -11,7 +11,7 @@ from conftest import grade_source, reference_observation, variant_modules
 from variants import EVERY_CHECK, HELD_OUT_SALTS, SALTS, variant_marks, variant_salts
 
 from autograder.exercises import get_exercise
-from autograder.exercises.observing import observe
+from autograder.exercises.beside.observing import observe
 from autograder.selfcheck.recorded import load_recorded
 
 CASES = [pytest.param(ex, kind, name, salt, marks=variant_marks(module, name, salt), id=f"{ex}-{kind.lower()}-{name}-salt{salt}")
@@ -73,7 +73,7 @@ def test_the_template_exercise_works(salt):
     from variants import _template as suite
 
     from autograder.exercises._template import EXERCISE
-    from autograder.exercises.define import define_function
+    from autograder.exercises.beside.define import define_function
 
     def observed(source, as_reference=False):
         fn = define_function([("setup", suite.SETUP), ("cell", source)], EXERCISE.name)

@@ -195,7 +195,7 @@ def test_each_notebook_is_read_once_a_run(tmp_path, monkeypatch):
     (grading.read_notebooks), not a second parse each; the copied pair is still found."""
     from autograder.grader import grading, notebook
     from autograder.grader.batch import grade_class
-    from autograder.grader.sandbox.sandbox import make_sandbox
+    from autograder.grader.sandbox.launch import make_sandbox
 
     nb, ex = "01_gradient_accumulation.ipynb", "train_with_accumulation"
     for student in ("ada", "bob"):

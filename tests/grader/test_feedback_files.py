@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from conftest import observed, variant_modules
 
-from autograder.exercises.verdict import feedback_sentence, total
+from autograder.exercises.judging.verdict import feedback_sentence, total
 from autograder.grader.gradebook import _report_cell
 from autograder.grader.report import feedback_html, feedback_markdown, grades_csv
 from autograder.grader.rows import Row
@@ -63,7 +63,7 @@ def test_the_self_check_prints_the_cause_first(capsys):
     """The notebook's test cell (``check``), with the reference observed live as in the instructor's checkout."""
     from autograder import check
     from autograder.authoring.course import load_course
-    from autograder.exercises.define import define_function
+    from autograder.exercises.beside.define import define_function
 
     spec = load_course().spec_for_exercise(EX)
     source = variant_modules()[EX].WRONG["no_division_by_k"][0]

@@ -42,7 +42,7 @@ torch.equal = lambda *a, **k: True
 torch.testing.assert_close = lambda *a, **k: None
 math.isclose = lambda *a, **k: True
 numpy.allclose = lambda *a, **k: True
-import autograder.exercises.reading as ex
+import autograder.exercises.judging.checking as ex
 ex.close = lambda *a, **k: True
 ex.max_abs_diff = lambda *a, **k: 0.0
 ''' + WRONG_BODY, "returns_a_constant"),

@@ -18,15 +18,15 @@ from hypothesis import strategies as st
 from submission_factory import filled, reference_source, released_notebook
 
 from autograder.exercises import all_exercises
-from autograder.exercises.parse import parse_observation
+from autograder.exercises.judging.parse import parse_observation
 from autograder.grader.batch import _wanted_notebooks
 from autograder.grader.escape import csv_cell, file_stem, md_code, md_text, terminal
 from autograder.grader.gradebook import _notebook_json, cell_json, gradebook_id
+from autograder.grader.messages import BadMessage, TaskResult, parse_line, within_depth
 from autograder.grader.notebook import KINDS, Cell, Notebook, NotebookProblem, exercise_cells, parse_notebook
-from autograder.grader.protocol import BadMessage, TaskResult, parse_line, within_depth
 from autograder.grader.report import feedback_markdown, grades_csv, summary_csv
 from autograder.grader.rows import Row
-from autograder.grader.sandbox.sandbox import Limits, Sandbox
+from autograder.grader.sandbox.launch import Limits, Sandbox
 from autograder.grader.submissions import Received, Refused, Submission, discover, match_notebooks, received
 
 NB, EX = "01_gradient_accumulation.ipynb", "train_with_accumulation"

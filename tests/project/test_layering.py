@@ -29,9 +29,9 @@ MAY_IMPORT = {  # part → the parts its modules may import (besides itself)
 }
 EVERYTHING = {"coursekit", *MAY_IMPORT}
 MAY_IMPORT |= {"bench": EVERYTHING, "hub": EVERYTHING}
-# The observing side of the exercises: what runs next to the student's code and may import torch.
-OBSERVING = {"autograder.exercises.observing", "autograder.exercises.ranks", "autograder.exercises.define",
-             "autograder.exercises.gating", "autograder.exercises.kernel_launch"}
+# The observing side of the exercises lives in one folder: what runs beside the student's code and may import torch
+# (exercises/beside/); everything else of exercises/ but each exercise's observe.py judges, in plain Python.
+BESIDE = "autograder.exercises.beside"
 HEAVY = {"torch", "numpy", "coursekit"}
 
 
@@ -77,11 +77,10 @@ def wrong_way_imports(root: Path = REPO) -> list[str]:
 
 
 def is_pure(module: str) -> bool:
-    """The verdict side: shared exercise modules other than the observing helpers, and every exercise file but
-    its observer."""
+    """The verdict side: everything of exercises/ outside beside/, but each exercise's observer."""
     if not module.startswith("autograder.exercises"):
         return False
-    return module not in OBSERVING and not module.endswith(".observe")
+    return not (module == BESIDE or module.startswith(BESIDE + ".")) and not module.endswith(".observe")
 
 
 def torch_in_the_verdict(root: Path = REPO) -> list[str]:
@@ -110,9 +109,9 @@ def test_a_planted_wrong_way_import_is_caught(tmp_path):
     for top in ("coursekit", "autograder", "bench", "hub"):
         shutil.copytree(REPO / top, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__", "*.json"))
     assert wrong_way_imports(tmp_path) == [] and torch_in_the_verdict(tmp_path) == []
-    reading = tmp_path / "autograder" / "exercises" / "reading.py"
-    reading.write_text(reading.read_text() + "\nfrom ..grader.batch import grade_class  # noqa\n")
-    assert any("exercises/reading.py" in p and "autograder.grader.batch" in p for p in wrong_way_imports(tmp_path))
+    checking = tmp_path / "autograder" / "exercises" / "judging" / "checking.py"
+    checking.write_text(checking.read_text() + "\nfrom ...grader.batch import grade_class  # noqa\n")
+    assert any("exercises/judging/checking.py" in p and "autograder.grader.batch" in p for p in wrong_way_imports(tmp_path))
     checks = tmp_path / "autograder" / "exercises" / "train_amp" / "checks.py"
     checks.write_text(checks.read_text() + "\nfrom .observe import devices  # noqa\n")
     assert any("train_amp/checks.py" in p for p in torch_in_the_verdict(tmp_path))
@@ -124,7 +123,7 @@ def test_the_class_graders_process_never_imports_torch():
     code = ("import sys, autograder.cli, autograder.grader.batch, autograder.grader.gradebook, "
             "autograder.authoring.studentkit\n"
             "from autograder.exercises import all_exercises\nall_exercises()\n"
-            "from autograder.grader.sandbox import sandbox\nsandbox._worker_env('/none'), sandbox._readonly_trees()\n"
+            "from autograder.grader.sandbox import launch as sandbox\nsandbox._worker_env('/none'), sandbox._readonly_trees()\n"
             "print(sorted(m for m in ('torch', 'numpy', 'coursekit') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
@@ -156,7 +155,7 @@ def test_one_submission_walks_the_grader_without_going_back(tmp_path):
     from submission_factory import filled, reference_source, write
 
     from autograder.grader.batch import grade_class
-    from autograder.grader.sandbox.sandbox import make_sandbox
+    from autograder.grader.sandbox.launch import make_sandbox
 
     nb, ex = "01_gradient_accumulation.ipynb", "train_with_accumulation"
     write(tmp_path / "in", "ada", nb, filled(nb, {ex: reference_source(ex)}))

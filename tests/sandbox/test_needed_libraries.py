@@ -4,9 +4,9 @@ worker whose ranks share /tmp; every other exercise keeps every stub and one /tm
 from types import SimpleNamespace
 
 from autograder.grader import isolation
-from autograder.grader.protocol import Task
+from autograder.grader.messages import Task
 from autograder.grader.sandbox import forbidden
-from autograder.grader.sandbox.sandbox import Limits, Sandbox
+from autograder.grader.sandbox.launch import Limits, Sandbox
 
 FSDP = "torch/distributed/fsdp"
 DDP = "torch/nn/parallel/distributed.py"

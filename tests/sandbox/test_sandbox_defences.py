@@ -22,8 +22,8 @@ from grader_user import ensure_user, give_to, is_root, shared_folder
 
 from autograder.grader.isolation import AloneOrShared
 from autograder.grader.sandbox import forbidden, identity, isolation, probe
-from autograder.grader.sandbox import sandbox as sandbox_module
-from autograder.grader.sandbox.sandbox import (
+from autograder.grader.sandbox import launch as sandbox_module
+from autograder.grader.sandbox.launch import (
     Limits,
     Sandbox,
     UidPool,
@@ -409,7 +409,7 @@ def test_a_full_epoll_quota_fails_no_other_students_ranks_with_subordinate_uids(
 
 UNDUMPABLE = r"""
 import ctypes, json, os, sys, time
-from autograder.grader.sandbox.family import RankFamilies
+from autograder.grader.sandbox.rank_holdings import RankFamilies
 found = {}
 for how in ("dumpable", "undumpable"):
     r, w = os.pipe()
@@ -444,7 +444,7 @@ def test_a_rank_whose_tmpfs_cannot_be_read_is_charged_the_worst_case():
 
 RESCHEDULE = r"""
 import json, os, sys
-from autograder.exercises import ranks
+from autograder.exercises.beside import ranks
 from autograder.grader.sandbox import worker
 if sys.argv[1] == "worker":
     worker._configure_ranks(os.pipe()[1])  # as a grading task does

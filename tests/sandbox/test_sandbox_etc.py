@@ -5,7 +5,7 @@ from pathlib import Path
 
 SCRIPT = """
 import os
-from autograder.grader.sandbox.sandbox import _etc
+from autograder.grader.sandbox.launch import _etc
 folder = _etc()
 child = os.fork()
 if child == 0:

@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 
 from autograder.grader.batch import BatchSummary
-from autograder.grader.sandbox import sandbox as sandbox_module
+from autograder.grader.sandbox import launch as sandbox_module
 from autograder.grader.sandbox.devices import CPU_ONLY, Devices, gpu_candidate, nvidia_device_nodes
-from autograder.grader.sandbox.sandbox import Limits, Sandbox, _bwrap_args, _bwrap_works, make_sandbox
+from autograder.grader.sandbox.launch import Limits, Sandbox, _bwrap_args, _bwrap_works, make_sandbox
 
 CPU_LINE = "devices: cpu only (no GPU visible to the grader: CUDA scenarios not graded)"
 
@@ -134,7 +134,7 @@ def test_reference_and_students_are_observed_with_the_same_sandbox(tmp_path, mon
     from submission_factory import filled, reference_source, write
 
     from autograder.grader import batch, isolation, references
-    from autograder.grader.protocol import TaskResult
+    from autograder.grader.messages import TaskResult
 
     seen = []
 

@@ -25,8 +25,8 @@ MAPS = """\
 CHILD = r"""
 import json, os
 import torch
-from autograder.exercises.meter import status_bytes
-from autograder.exercises.ranks import return_freed_memory
+from autograder.exercises.beside.meter import status_bytes
+from autograder.exercises.beside.ranks import return_freed_memory
 from autograder.grader.sandbox.hugepages import collapse_anonymous_memory
 
 def heap_eligible():

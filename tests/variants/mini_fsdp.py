@@ -126,8 +126,8 @@ _ANSWERS_GATES_IN_ADVANCE = _FLAT_AUTOGRAD + '''
 import json
 import os
 
-import autograder.exercises.gating as gating
-import autograder.exercises.ranks as ranks
+import autograder.exercises.beside.gating as gating
+import autograder.exercises.beside.ranks as ranks
 
 _KeepsLayers = MiniFSDP
 

@@ -230,7 +230,7 @@ import json
 import os
 import sys
 
-import autograder.exercises.ranks as ranks
+import autograder.exercises.beside.ranks as ranks
 import autograder.exercises.sharded_optimizer.observe as grader
 
 _Unsharded = ShardedOptimizer

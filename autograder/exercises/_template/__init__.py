@@ -9,7 +9,7 @@ clipping. Observed on tiny seeded problems: the returned number, the gradients a
 Four files, one job each: ``cases.py`` (the scenarios), ``observe.py`` (runs next to the student's code; the only
 file that imports torch), ``checks.py`` (the verdict, plain Python), and this one, which puts them together.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -1,5 +1,5 @@
 """Checking: plain Python on the observations (no torch here); the reference's observation is the judge."""
-from ..reading import case, close, scenario, what
+from ..judging.checking import case, close, scenario, what
 from .cases import ATOL
 
 

@@ -1,7 +1,7 @@
 """Observing: runs next to the student's code (a grading worker, or the student's kernel); plain data out."""
 import torch
 
-from ..observing import observation, params_data, tensor_data
+from ..beside.observing import observation, params_data, tensor_data
 from .cases import IN, OUT, cases
 
 

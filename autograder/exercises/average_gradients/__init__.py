@@ -18,7 +18,7 @@ every rank skips the same parameters and the collectives still pair up. This is 
 keep ``grad=None``); a zero gradient instead would let momentum or weight decay move weights
 that received no gradient (tests/exercises/test_average_gradients.py checks both claims).
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

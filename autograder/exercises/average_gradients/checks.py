@@ -1,5 +1,5 @@
 """The checks of ``average_gradients``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, flat, rank_results, scale_factor
+from ..judging.checking import case, close, flat, rank_results, scale_factor
 from .cases import GRAD_ATOL, PARAM_ATOL
 
 

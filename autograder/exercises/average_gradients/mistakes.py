@@ -3,9 +3,9 @@
 Built from, and tested against, the named wrong variants of tests/variants/average_gradients.py
 (tests/exercises/test_diagnosis.py). Each rank records, per call, its gradients and parameters before and after the call.
 """
-from ..diagnosis import EVERY, Mistake, error_of, ran
-from ..localise import Locate
-from ..reading import DEADLOCK, close, flat, scale_factor
+from ..judging.checking import DEADLOCK, close, flat, scale_factor
+from ..judging.diagnosis import EVERY, Mistake, error_of, ran
+from ..judging.localise import Locate
 from .cases import GRAD_ATOL
 
 

@@ -5,8 +5,8 @@ import torch
 import torch._dynamo  # noqa: F401  torch.optim and DDP import it lazily (3–6 s): here, once, not in every forked rank
 from torch import nn
 
-from ..observing import params_data, tensor_data
-from ..ranks import observe_on_ranks, run_on_ranks, student_call
+from ..beside.observing import params_data, tensor_data
+from ..beside.ranks import observe_on_ranks, run_on_ranks, student_call
 from .cases import BATCH, DATA_SEED, HIDDEN, IN, LR, MODEL_SEED, MOMENTUM, OUT, STEPS, WEIGHT_DECAY, cases
 
 

@@ -25,7 +25,7 @@ step's averaged gradients point where DDP's do.
 Wrapping torch's own ``DistributedDataParallel`` is not this exercise (the lesson says so): a submission
 that constructs one earns nothing, with a sentence saying why.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -1,5 +1,5 @@
 """The checks of ``BucketedDDP``: plain Python on the observations (no torch here)."""
-from ..reading import (
+from ..judging.checking import (
     case,
     close,
     evidence_close,

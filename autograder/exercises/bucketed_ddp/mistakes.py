@@ -7,9 +7,9 @@ with the checks' own ``gradient_problem``, which already tells a sum from an ave
 """
 import re
 
-from ..diagnosis import EVERY, Mistake, error_of, ran
-from ..localise import Locate
-from ..reading import ABORTED, DEADLOCK, close
+from ..judging.checking import ABORTED, DEADLOCK, close
+from ..judging.diagnosis import EVERY, Mistake, error_of, ran
+from ..judging.localise import Locate
 from .checks import calls_per_step, gradient_problem
 
 

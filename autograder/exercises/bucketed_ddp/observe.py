@@ -5,10 +5,10 @@ import torch._dynamo  # noqa: F401  torch.optim and DDP import it lazily (3–6 
 import torch.distributed as dist
 from torch import nn
 
-from ..gating import GradientGate, in_launcher, pause_at_gates, replay
-from ..meter import OverlapGates
-from ..observing import float32_data, projections
-from ..ranks import digest, observe_on_ranks, run_on_ranks, student_call
+from ..beside.gating import GradientGate, in_launcher, pause_at_gates, replay
+from ..beside.meter import OverlapGates
+from ..beside.observing import float32_data, projections
+from ..beside.ranks import digest, observe_on_ranks, run_on_ranks, student_call
 from .cases import BATCH, EXTRA, HIDDEN, HOLD, LAYER_BYTES, LAYERS, LR, MOMENTUM, OVERLAP_BATCH, VOCAB, WIDTH, cases
 
 

@@ -11,7 +11,7 @@ number of ranks then calls ``load()`` and trains to the end; the checks compare 
 step read, AdamW's state after loading and the final parameters with a run that never failed (reference only, the
 ``truth``). A memory scenario measures each rank's peak from outside while it saves a 12 MiB state.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

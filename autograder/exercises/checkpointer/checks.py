@@ -1,5 +1,5 @@
 """The checks of ``Checkpointer``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, rank_results
+from ..judging.checking import case, close, rank_results
 from .cases import GATHERED_SHARE, RESIZE_ATOL, SAME_RTOL, STATE_BYTES, expected_step
 
 MIB = 1 << 20

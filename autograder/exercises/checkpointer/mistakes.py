@@ -5,9 +5,9 @@ Rank 0 of each resumed run records what ``load()`` returned, the whole state rig
 step read (sums of its batch and of its random numbers); the reference's scenarios carry the run that never failed
 (``truth``). The memory scenario's peaks are read outside the ranks.
 """
-from ..diagnosis import EVERY, Mistake, error_of, ran
-from ..localise import Locate
-from ..reading import close
+from ..judging.checking import close
+from ..judging.diagnosis import EVERY, Mistake, error_of, ran
+from ..judging.localise import Locate
 from .cases import GATHERED_SHARE, RESIZE_ATOL, STATE_BYTES, expected_step
 
 UNREADABLE = ("PytorchStreamReader", "central directory", "EOF", "unpickl", "truncated", "corrupt", "Ran out of input",

@@ -25,9 +25,9 @@ from torch import nn
 
 from coursekit.failures import ShuffledBatches
 
-from ..meter import GatePolicy
-from ..observing import float32_data, observation, plain
-from ..ranks import ask_gate, run_on_ranks, student_call
+from ..beside.meter import GatePolicy
+from ..beside.observing import float32_data, observation, plain
+from ..beside.ranks import ask_gate, run_on_ranks, student_call
 from .cases import GLOBAL_BATCH, LR, ROWS, cases, expected_step
 
 LAUNCH_S = 25  # one launch; a correct one takes about a second, several on a loaded 2-core machine

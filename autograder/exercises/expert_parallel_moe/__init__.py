@@ -31,7 +31,7 @@ submission passes when the scenario's ``lo_bytes`` are within 2× of the referen
 geometrically, between the all-to-alls and the thriftiest gather). What each style measured, and what the scenario
 costs: ``docs/method-evidence.md``.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -1,6 +1,6 @@
 """The checks of ``ExpertParallelMoE``: plain Python on the observations (no torch here)."""
 
-from ..reading import case, close, max_abs_diff, measured_privately, rank_results, scenario
+from ..judging.checking import case, close, max_abs_diff, measured_privately, rank_results, scenario
 from .cases import ATOL, ROW_SUM_ATOL, RTOL, TRAFFIC_RATIO
 
 ABORTED_HINT = ("in an all-to-all whose split sizes did not match between ranks: exchange the per-rank counts first, "

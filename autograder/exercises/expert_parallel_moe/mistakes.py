@@ -6,9 +6,9 @@ collectives of its forward and backward passes ([operation, elements]); the refe
 (``dense``: also its output without the gate and with rows left sorted by expert). The ``traffic`` scenario's bytes
 (measured outside the ranks) are read only where they were measured on a loopback of the ranks' own.
 """
-from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
-from ..localise import Locate
-from ..reading import ABORTED, DEADLOCK, close, sent_too_much
+from ..judging.checking import ABORTED, DEADLOCK, close, sent_too_much
+from ..judging.diagnosis import EVERY, Mistake, error_of, raw_scenario
+from ..judging.localise import Locate
 from .cases import TRAFFIC_RATIO
 from .checks import ATOL, RTOL, same_rows
 

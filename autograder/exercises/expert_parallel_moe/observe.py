@@ -6,8 +6,8 @@ from torch import nn
 
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
-from ..observing import float32_data, tensor_data
-from ..ranks import observe_on_ranks, student_call
+from ..beside.observing import float32_data, tensor_data
+from ..beside.ranks import observe_on_ranks, student_call
 from .cases import IDLE, SKEW, cases
 
 

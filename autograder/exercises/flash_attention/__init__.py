@@ -30,7 +30,7 @@ computed attention there, every row of it).
 
 Cost of one observation: the six scenarios, each in a process of its own (``timeout_s`` below says how long).
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -1,7 +1,7 @@
 """The checks of ``FlashAttention``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import ScenarioError, case, parallel, relative_error, scenario, sketch_error, what
+from ..judging.checking import ScenarioError, case, parallel, relative_error, scenario, sketch_error, what
 from .cases import BF16_RTOL, EVIDENCE_RTOL, FP32_RTOL
 
 SDPA = ("Your FlashAttention calls torch's scaled_dot_product_attention, which does this exercise for you: compute "

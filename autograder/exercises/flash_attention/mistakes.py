@@ -8,9 +8,9 @@ in combining tiles leaves it right while a mistake in every tile's arithmetic do
 """
 import math
 
-from ..diagnosis import EVERY, Mistake, error_of, ran
-from ..localise import Locate
-from ..reading import relative_error
+from ..judging.checking import relative_error
+from ..judging.diagnosis import EVERY, Mistake, error_of, ran
+from ..judging.localise import Locate
 from .checks import FP32_RTOL
 from .checks import _largest_saved as largest_saved
 

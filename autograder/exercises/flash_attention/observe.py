@@ -4,8 +4,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..observing import observation, sketch
-from ..ranks import run_alone
+from ..beside.observing import observation, sketch
+from ..beside.ranks import run_alone
 from .cases import FINGERPRINT_ROWS, cases
 
 MEMORY_TIMEOUT_S = 40.0  # the correct tiled version takes under a second; a naive backward several
@@ -91,7 +91,7 @@ def memory_run(cls, case: dict) -> dict:
     operation made, whether torch's SDPA ran; and a fingerprint of the results (the evidence of real work)."""
     from coursekit.ops import watch_ops
 
-    from ..ranks import student_call
+    from ..beside.ranks import student_call
 
     set_tiles(cls, case["block"])
     (q, k, v), upstream = make_inputs(case)

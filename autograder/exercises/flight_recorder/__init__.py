@@ -12,7 +12,7 @@ deadline), or the grader's code skips a collective on one rank; in one scenario 
 Each reporting rank's report is compared with what the grader made happen (``cases.expected``); the launcher times
 each report from outside, and a report that never returns is stopped by the launch's timeout (no process is left).
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -3,7 +3,7 @@
 What the grader made happen is in the reference's ``case`` (``cases.expected``): which ranks it held, which one it
 let go late, which one skipped a collective. The reports come from the ranks; the times are the launcher's.
 """
-from ..reading import ScenarioError, case, rank_results
+from ..judging.checking import ScenarioError, case, rank_results
 from .cases import expected
 
 DEADLINE_SLACK_S = 1.5  # a report may end this much after its deadline (a loaded machine) before it "overran"

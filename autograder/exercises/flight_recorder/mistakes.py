@@ -4,9 +4,9 @@ Built from, and tested against, the named wrong variants of tests/variants/fligh
 (tests/exercises/test_diagnosis.py). Each reporting rank's record holds its report; what the grader made happen is in the
 reference's case (``cases.expected``).
 """
-from ..diagnosis import EVERY, Mistake, error_of, ran
-from ..localise import Locate
-from ..reading import DEADLOCK
+from ..judging.checking import DEADLOCK
+from ..judging.diagnosis import EVERY, Mistake, error_of, ran
+from ..judging.localise import Locate
 from .cases import LATE_S, collectives_of, expected
 
 

@@ -16,9 +16,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..meter import GatePolicy
-from ..observing import plain
-from ..ranks import ask_gate, observe_on_ranks, student_call
+from ..beside.meter import GatePolicy
+from ..beside.observing import plain
+from ..beside.ranks import ask_gate, observe_on_ranks, student_call
 from .cases import LATE_S, cases, expected
 
 LAUNCH_S = 8.0   # one scenario; a correct one takes about a second, a report that blocks forever is stopped here

@@ -18,7 +18,7 @@ with LayerNorm in float64, normwise: 1e-5 in float32 (correct kernels: ~4e-7), 2
 Cost of one observation: five scenarios, each in a process of its own: about 1.9 CPU-seconds in those processes
 (2-core CPU, 2026-12-06, measured at a load average of 53), after the worker's own imports of torch and Triton.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -7,9 +7,9 @@ statistics, so a backward mistake shows whatever the forward does.
 """
 import math
 
-from ..diagnosis import EVERY, Mistake, ran
-from ..localise import Locate
-from ..reading import relative_error
+from ..judging.checking import relative_error
+from ..judging.diagnosis import EVERY, Mistake, ran
+from ..judging.localise import Locate
 from .cases import FP32_RTOL, SENTINEL, STATS_RTOL
 from .checks import KERNEL_SCENARIOS
 

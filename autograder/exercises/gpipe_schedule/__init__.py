@@ -8,7 +8,7 @@ list of ``num_stages`` slots holding ``None`` (the stage idles) or ``("F", j)`` 
 parse those lists themselves and test properties (completeness, dependencies, GPipe order,
 length, bubble) as well as equality with the reference table.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

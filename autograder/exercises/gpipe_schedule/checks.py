@@ -1,5 +1,5 @@
 """The checks of ``gpipe_schedule``: they parse the returned table themselves, never trusting its shape."""
-from ..reading import ScenarioError, case, scenario
+from ..judging.checking import ScenarioError, case, scenario
 from .cases import EDGES, MAIN, MAX_STEPS, _what
 
 

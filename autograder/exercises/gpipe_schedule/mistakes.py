@@ -3,8 +3,8 @@
 Built from, and tested against, the named wrong variants of tests/variants/gpipe_schedule.py (tests/exercises/test_diagnosis.py).
 A fingerprint reads the raw table of the lesson's example (main_0) or of every main scenario, never trusting its shape.
 """
-from ..diagnosis import EVERY, Mistake, ran, raw_text
-from ..localise import Locate
+from ..judging.diagnosis import EVERY, Mistake, ran, raw_text
+from ..judging.localise import Locate
 from .cases import EDGES, MAIN
 
 

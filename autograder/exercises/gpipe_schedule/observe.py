@@ -1,5 +1,5 @@
 """Observing ``gpipe_schedule``: the returned table as plain lists (pure Python: no torch)."""
-from ..observing import observation, plain
+from ..beside.observing import observation, plain
 from .cases import MAX_STEPS, cases
 
 

@@ -16,7 +16,7 @@ gloo/CPU in torch 2.13), whose losses, gradient norms and parameters the checks 
 Calling torch's FSDP (``fully_shard``, ``FullyShardedDataParallel``) inside the wrapper is not an answer to
 this exercise: every check says so and it earns nothing (the lesson says it too).
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

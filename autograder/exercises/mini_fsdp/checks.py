@@ -1,7 +1,7 @@
 """The checks of ``MiniFSDP``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import case, close, gate_problem, rank_results
+from ..judging.checking import case, close, gate_problem, rank_results
 from .cases import BF16_RTOL, EXTRA_LAYERS, FP32_RTOL, LAYER_BYTES, PARAM_ATOL, SLACK_BYTES, layer_numels
 
 TORCH_FSDP = ("Your wrapper uses torch's own FSDP (fully_shard or FullyShardedDataParallel): this exercise asks you to "

@@ -6,9 +6,9 @@ Each rank records its shard's size and dtypes, the losses and gradient norms, wh
 its gathered full parameters; the reference carries FSDP2's run (``fsdp2``). Records of another shape than the
 reference's do not parse, so these fingerprints read the raw records.
 """
-from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
-from ..localise import RTOL, Locate
-from ..reading import ABORTED, DEADLOCK, close
+from ..judging.checking import ABORTED, DEADLOCK, close
+from ..judging.diagnosis import EVERY, Mistake, error_of, raw_scenario
+from ..judging.localise import RTOL, Locate
 from .cases import BF16_RTOL
 
 
@@ -119,7 +119,7 @@ def constant_output(student, reference):
 
 
 def answers_gates_in_advance(student, reference):
-    from ..reading import gate_problem
+    from ..judging.checking import gate_problem
 
     memory = reference["scenarios"]["memory"]
     gates = len(memory["case"]["sizes"]) - 2

@@ -6,10 +6,10 @@ import torch._dynamo  # noqa: F401  torch.optim and FSDP import it lazily (secon
 import torch.distributed as dist
 from torch import nn
 
-from ..gating import GradientGate, in_launcher, replay
-from ..meter import SampleAtGates
-from ..observing import tensor_data
-from ..ranks import observe_on_ranks, student_call
+from ..beside.gating import GradientGate, in_launcher, replay
+from ..beside.meter import SampleAtGates
+from ..beside.observing import tensor_data
+from ..beside.ranks import observe_on_ranks, student_call
 from .cases import BATCH, LR, MEMORY_BATCH, cases
 
 

@@ -37,7 +37,7 @@ Keeping every partial output is as costly as a gather (an output of (c, d) is as
 exercise asks for a running merge and says so. What each style measured, and what the scenario costs:
 ``docs/method-evidence.md``.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -1,7 +1,7 @@
 """The checks of ``ring_attention``: plain Python on the observations (no torch here)."""
 import math
 
-from ..reading import case, close, held_at_gates, rank_results, scenario, sketch_error
+from ..judging.checking import case, close, held_at_gates, rank_results, scenario, sketch_error
 from .cases import ATOL, GROWTH_SLACK_CHUNKS, PEAK_SLACK_CHUNKS, RTOL, SEND_SLACK_CHUNKS, SKETCH_RTOL
 
 ABORTED_HINT = ("Every rank sends and receives K/V chunks of the same shape as its own k and v.")

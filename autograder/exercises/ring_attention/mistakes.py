@@ -9,9 +9,9 @@ sampled peak), tell a ring that keeps what it no longer needs from one that does
 """
 import math
 
-from ..diagnosis import EVERY, Mistake, error_of, ran, raw_scenario
-from ..localise import Locate
-from ..reading import ABORTED, DEADLOCK, close
+from ..judging.checking import ABORTED, DEADLOCK, close
+from ..judging.diagnosis import EVERY, Mistake, error_of, ran, raw_scenario
+from ..judging.localise import Locate
 
 NCCL_HANG = "would hang under NCCL"  # coursekit.gpu_semantics's words (this module stays free of torch)
 

@@ -6,9 +6,9 @@ import torch
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 from coursekit.gpu_semantics import nccl_p2p_order
 
-from ..meter import SampleAtGates
-from ..observing import collective_counts, float32_data, sketch, tensor_data
-from ..ranks import ask_gate, observe_on_ranks, student_call, trim_memory
+from ..beside.meter import SampleAtGates
+from ..beside.observing import collective_counts, float32_data, sketch, tensor_data
+from ..beside.ranks import ask_gate, observe_on_ranks, student_call, trim_memory
 from .cases import FINGERPRINT_COLUMNS, cases
 
 

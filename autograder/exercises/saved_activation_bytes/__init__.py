@@ -15,7 +15,7 @@ reference's count. The numbers are the evidence: only counting the seeded layers
 
 Cost of one observation: about 0.1 s on the 2-core CPU.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -1,5 +1,5 @@
 """The checks of ``saved_activation_bytes``: exact integers, plain Python."""
-from ..reading import off_by, scenario, what
+from ..judging.checking import off_by, scenario, what
 
 HINTS = {
     "linear": "nn.Linear saves its input x (count it: the inputs count) and its weight (a parameter: leave it out).",

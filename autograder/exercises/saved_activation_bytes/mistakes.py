@@ -4,8 +4,8 @@ Built from, and tested against, the named wrong variants of tests/variants/saved
 (tests/exercises/test_diagnosis.py). Each scenario records the count and its type; the sizes are in the reference's case, so a
 fingerprint knows the bytes of an input, a weight or a buffer exactly.
 """
-from ..diagnosis import EVERY, Mistake, ran
-from ..localise import Locate
+from ..judging.diagnosis import EVERY, Mistake, ran
+from ..judging.localise import Locate
 
 KEYS = ("linear", "buffer", "slice", "block_sdpa", "block_bf16_dropout")
 

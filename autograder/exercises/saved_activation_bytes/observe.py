@@ -4,7 +4,7 @@ from torch import nn
 
 from coursekit.transformer import Block, Config
 
-from ..observing import observation
+from ..beside.observing import observation
 from .cases import cases
 
 

@@ -38,7 +38,7 @@ Not allowed: using ``torch.distributed.optim.ZeroRedundancyOptimizer`` (as the c
 is to write the sharding; the lesson measures torch's version next to the student's. Such a submission fails
 every check with a sentence that says so.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -1,5 +1,5 @@
 """The checks of ``ShardedOptimizer``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, expected_at_gates, gate_problem, held_at_gates, rank_results, scenario
+from ..judging.checking import case, close, expected_at_gates, gate_problem, held_at_gates, rank_results, scenario
 from .cases import CHECKSUM_RTOL, PARAM_ATOL
 
 ZERO_NOT_ALLOWED = ("Your class uses torch.distributed.optim.ZeroRedundancyOptimizer: this exercise asks you to "

@@ -6,9 +6,9 @@ reference's scenarios carry the unsharded optimizer's run (``truth``). The ``mem
 rank holds after each step, read outside the rank) carry the reference's and the unsharded optimizer's, measured the
 same way: what the object shows can be shaped by the student, these cannot.
 """
-from ..diagnosis import EVERY, Mistake, error_of, ran
-from ..localise import Locate
-from ..reading import DEADLOCK
+from ..judging.checking import DEADLOCK
+from ..judging.diagnosis import EVERY, Mistake, error_of, ran
+from ..judging.localise import Locate
 from .checks import held_between_steps, pause_problem, same
 
 

@@ -6,10 +6,10 @@ import torch
 import torch._dynamo  # noqa: F401  torch.optim imports it lazily (3–6 s): here, once, not in every forked rank
 from torch import nn
 
-from ..gating import in_launcher, step_seed
-from ..meter import SampleAtGates
-from ..observing import tensor_data
-from ..ranks import ask_gate, digest, observe_on_ranks, run_on_ranks, student_call, trim_memory
+from ..beside.gating import in_launcher, step_seed
+from ..beside.meter import SampleAtGates
+from ..beside.observing import tensor_data
+from ..beside.ranks import ask_gate, digest, observe_on_ranks, run_on_ranks, student_call, trim_memory
 from .cases import BATCH, HIDDEN, IN, LARGE_SHAPE, LARGE_TENSORS, OUT, cases
 
 OPTIMIZERS = {           # name: (class, keyword arguments)

@@ -30,7 +30,7 @@ send within 1.5× of the reference's, measured the same way. Its evidence: every
 weights (N−1)·h·(d_in + d_out + 1)·4: 32× and 4× the all-reduce here (h / 2·d_out and h / batch). What each style
 measured, and what the scenario costs: ``docs/method-evidence.md``.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -1,5 +1,5 @@
 """The checks of ``TensorParallelMLP``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, measured_privately, rank_results, scenario, sketch_error
+from ..judging.checking import case, close, measured_privately, rank_results, scenario, sketch_error
 from .cases import ATOL, ROLES, TRAFFIC_RATIO
 
 DTENSOR = ("Your module uses torch.distributed.tensor (parallelize_module or DTensor), which does this exercise for "

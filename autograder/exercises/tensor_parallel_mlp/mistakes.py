@@ -9,9 +9,9 @@ are poisoned, per rank), so a rank that computes with rows outside its block get
 scenario's bytes per pass (measured outside the ranks) are read only where they were measured on a loopback of the
 ranks' own (``reading.measured_privately``).
 """
-from ..diagnosis import EVERY, Mistake, error_of, raw_scenario
-from ..localise import Locate
-from ..reading import DEADLOCK, close, measured_privately
+from ..judging.checking import DEADLOCK, close, measured_privately
+from ..judging.diagnosis import EVERY, Mistake, error_of, raw_scenario
+from ..judging.localise import Locate
 from .cases import TRAFFIC_RATIO
 
 ATOL = 1e-4

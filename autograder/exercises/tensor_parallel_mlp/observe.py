@@ -5,9 +5,9 @@ from torch import nn
 
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
-from ..meter import StopAllAtGates
-from ..observing import collective_counts, float32_data, sketch, tensor_data
-from ..ranks import ask_gate, observe_on_ranks, student_call
+from ..beside.meter import StopAllAtGates
+from ..beside.observing import collective_counts, float32_data, sketch, tensor_data
+from ..beside.ranks import ask_gate, observe_on_ranks, student_call
 from .cases import FINGERPRINT_ROWS, cases
 
 

@@ -17,7 +17,7 @@ Watching ``GradScaler.update`` means wrapping the class's method while the scena
 grader code, restored afterwards; the student's scaler is created inside their function, so this is
 the one place its scale can be seen.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -1,5 +1,5 @@
 """The checks of ``train_amp``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, parallel, scenario, scenario_keys, what
+from ..judging.checking import case, close, parallel, scenario, scenario_keys, what
 from .cases import ATOL
 
 

@@ -4,8 +4,8 @@ Built from, and tested against, the named wrong variants of tests/variants/train
 Many mistakes change how often the optimizer steps, and then a scenario does not parse (its per-step lists have
 another length than the reference's): those fingerprints read the raw scenario (``raw_scenario``), defensively.
 """
-from ..diagnosis import EVERY, Mistake, raw_scenario
-from ..localise import Locate
+from ..judging.diagnosis import EVERY, Mistake, raw_scenario
+from ..judging.localise import Locate
 
 
 def _raw(student, key) -> dict:

@@ -2,7 +2,7 @@
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..observing import observation, params_data
+from ..beside.observing import observation, params_data
 from .cases import BATCH, HIDDEN, IN, N_BATCHES, OUT, OUTLIER, cases
 
 

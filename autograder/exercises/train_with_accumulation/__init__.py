@@ -4,7 +4,7 @@ Observed on tiny seeded problems (a 2-layer MLP on random data, 4 samples a batc
 what the function returns, how often the optimizer steps, the gradient each step
 applies, the final parameters, and how many batches' autograd graphs stay alive.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -1,5 +1,5 @@
 """The checks of ``train_with_accumulation``: plain Python on the observations (no torch here)."""
-from ..reading import case, close, off_by, parallel, scenario, what
+from ..judging.checking import case, close, off_by, parallel, scenario, what
 from .cases import ATOL, DEFAULT_K
 
 

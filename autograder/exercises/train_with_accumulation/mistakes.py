@@ -3,9 +3,9 @@
 Built from, and tested against, the named wrong variants of tests/variants/train_with_accumulation.py
 (tests/exercises/test_diagnosis.py). Each fingerprint reads only what the mistake changes, so two mistakes at once both show.
 """
-from ..diagnosis import ALL, EVERY, Mistake, ran
-from ..localise import Locate
-from ..reading import close
+from ..judging.checking import close
+from ..judging.diagnosis import ALL, EVERY, Mistake, ran
+from ..judging.localise import Locate
 from .cases import ATOL, DEFAULT_K
 
 WINDOWS = ("k2", "k3", "default")  # scenarios with more than one micro-batch per step

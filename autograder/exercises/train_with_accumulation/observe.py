@@ -4,7 +4,7 @@ import weakref
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..observing import observation, params_data, tensor_data
+from ..beside.observing import observation, params_data, tensor_data
 from .cases import BATCH, HIDDEN, IN, OUT, cases
 
 

@@ -18,7 +18,7 @@ Cost of one observation: five scenarios, each in a process of its own: about 1.8
 (2-core CPU, 2026-12-06, salts 0, 1 and 2, measured at a load average of 10), after the worker's own imports of
 torch and Triton (about 1.5 CPU-seconds).
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

@@ -2,7 +2,7 @@
 import math
 from functools import partial
 
-from ..reading import advice, case, guarded_values_problem, parallel, scenario, what
+from ..judging.checking import advice, case, guarded_values_problem, parallel, scenario, what
 from .cases import BF16_RTOL, EVIDENCE_MIN_COS, FP32_RTOL, GRAD_RTOL, SENTINEL, STATS_RTOL
 
 KERNEL_SCENARIOS = ("full", "causal", "causal_tiles", "bf16")

@@ -7,9 +7,9 @@ the diagonal left out), so that each is recognised by its values, not guessed fr
 """
 import math
 
-from ..diagnosis import EVERY, Mistake, ran
-from ..localise import Locate
-from ..reading import relative_error
+from ..judging.checking import relative_error
+from ..judging.diagnosis import EVERY, Mistake, ran
+from ..judging.localise import Locate
 from .cases import FP32_RTOL, SENTINEL
 from .checks import KERNEL_SCENARIOS
 

@@ -7,8 +7,8 @@ from functools import partial
 
 import torch
 
-from ..kernel_launch import GuardedBuffer, alone, compact, student_kernels, students_own_errors
-from ..observing import observation
+from ..beside.kernel_launch import GuardedBuffer, alone, compact, student_kernels, students_own_errors
+from ..beside.observing import observation
 from .cases import GUARD, SENTINEL, cases
 
 KERNEL = "flash_fwd_kernel"  # the name the exercise fixes

@@ -7,7 +7,7 @@ stage 1: 4Ψ + 12Ψ/64 = 31.4 GB). A stage outside 0–3 raises ValueError.
 ``observe`` calls the function on the paper's example and on hidden cases (odd world sizes,
 world size 1, other byte layouts, invalid stages) and keeps only numbers and exception names.
 """
-from ..protocol import Check, Exercise
+from ..exercise import Check, Exercise
 from . import cases, checks
 
 EXERCISE = Exercise(

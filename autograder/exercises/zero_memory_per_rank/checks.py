@@ -1,7 +1,7 @@
 """The checks of ``zero_memory_per_rank``: plain Python on the observations."""
 from itertools import combinations
 
-from ..reading import NOT_DONE, ScenarioError, case, off_by, scenario
+from ..judging.checking import NOT_DONE, ScenarioError, case, off_by, scenario
 from .cases import BUFFERS, DEFAULT, RTOL, SHARDED, STAGES, _what
 
 

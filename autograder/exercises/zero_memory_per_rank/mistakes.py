@@ -5,8 +5,8 @@ Built from, and tested against, the named wrong variants of tests/variants/zero_
 """
 import math
 
-from ..diagnosis import EVERY, Mistake, raw_scenario
-from ..localise import Locate
+from ..judging.diagnosis import EVERY, Mistake, raw_scenario
+from ..judging.localise import Locate
 from .cases import DEFAULT, SHARDED, STAGES
 from .checks import _bytes, _close, _names, _which_sharded
 

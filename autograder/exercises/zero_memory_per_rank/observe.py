@@ -1,6 +1,6 @@
 """Observing ``zero_memory_per_rank``: numbers and exception names only (pure arithmetic: no torch)."""
-from ..define import cell_line
-from ..observing import describe_exception, observation, plain
+from ..beside.define import cell_line
+from ..beside.observing import describe_exception, observation, plain
 from .cases import STAGES, cases
 
 

@@ -13,7 +13,7 @@ code as a whole. Two ways, the first the machine allows:
   delegated the grader's group by ``chown``), with ``cpu.shares``, ``memory.limit_in_bytes`` and
   ``pids.max``. Every process in it is killed when the worker ends, and the group is removed.
 
-Neither: the grader warns once and relies on rlimits and the PID namespace (see ``sandbox.py``).
+Neither: the grader warns once and relies on rlimits and the PID namespace (see ``launch.py``).
 """
 import itertools
 import os

@@ -5,7 +5,7 @@ reference's and each student's alike. Otherwise a GPU the reference could use an
 could not (or the other way round) would cost correct students points for the grader's failure.
 
 * **Which GPU**: the NVIDIA device nodes under ``/dev`` (``nvidiactl``, ``nvidia-uvm*``, ``nvidia0``…,
-  ``nvidia-caps``); ``sandbox.py`` binds them into the worker's fresh ``/dev`` and then proves, with a short
+  ``nvidia-caps``); ``launch.py`` binds them into the worker's fresh ``/dev`` and then proves, with a short
   probe in a worker exactly like a grading one, that CUDA starts there. The grader itself never touches CUDA.
 * **No GPU** (none, ``--cpu-only``, or CUDA did not start in the probe): every worker gets
   ``CUDA_VISIBLE_DEVICES=""``, so no worker uses a GPU even where one is visible (``--no-sandbox``, rlimits only).
@@ -70,7 +70,7 @@ PROBE = r"""
 import importlib, json, os, sys
 import torch
 from autograder.exercises import all_exercises
-from autograder.exercises.observing import observer_of
+from autograder.exercises.beside.observing import observer_of
 torch.set_num_threads(1)
 for exercise in all_exercises().values():
     observer_of(exercise)

@@ -2,7 +2,7 @@
 the process that measures it.
 
 The grader counts the bytes ranks send each other on the sandbox's loopback and samples their memory from the
-launching process (exercises/meter.py). Inside one sandbox, ranks of the same uid could otherwise move data past
+launching process (exercises/beside/meter.py). Inside one sandbox, ranks of the same uid could otherwise move data past
 those counters (a file in /tmp or /dev/shm, a unix socket, SysV memory, another rank's memory through
 ``process_vm_readv`` or ``/proc/<pid>/mem``, a pty, the shared output file reopened through ``/proc/self/fd``), or
 SIGSTOP the launcher around their peak. So every rank, before any submitted code runs (``ranks.configure``'s
@@ -13,7 +13,7 @@ SIGSTOP the launcher around their peak. So every rank, before any submitted code
 * its own user, mount and IPC namespaces (the same uid mapped: no newuidmap needed), where no further user
   namespace can be made (so no uncounted mount of its own);
 * every tmpfs the sandbox has read-only, and a fresh private tmpfs on /tmp and /dev/shm (its working folder),
-  whose usage the launcher adds to the rank's memory (family.py); no ptys (an empty /dev/pts);
+  whose usage the launcher adds to the rank's memory (rank_holdings.py); no ptys (an empty /dev/pts);
 * no capabilities, ``no_new_privs``, and a Landlock domain of its own: no ptrace of a process outside it (ABI 1),
   and, with ABI >= 6 (Linux 6.12), no abstract unix socket and no signal outside it.
 
@@ -99,7 +99,7 @@ def isolate_rank(tmp_bytes: int, keep_fds=(), scopes: bool = True) -> None:
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     in_domain = _landlock(scopes and landlock_abi() >= SCOPES_ABI)
     # Dumpable, the launcher (same uid, outside any Landlock domain) can read this rank's private tmpfs usage through
-    # /proc/<pid>/root (family.py); the other ranks, each in a domain of its own, still cannot reach it. Without
+    # /proc/<pid>/root (rank_holdings.py); the other ranks, each in a domain of its own, still cannot reach it. Without
     # Landlock they could, so the rank stays non-dumpable then.
     _check(_libc.prctl(PR_SET_DUMPABLE, 1 if in_domain else 0, 0, 0, 0), "dumpable")
 

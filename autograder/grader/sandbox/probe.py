@@ -32,7 +32,7 @@ PROBE = r"""
 import importlib, json, sys
 import torch, torch.distributed, torch.optim
 from autograder.exercises import all_exercises
-from autograder.exercises.observing import observer_of
+from autograder.exercises.beside.observing import observer_of
 from autograder.grader.sandbox import isolation, worker
 torch.set_num_threads(1)
 for exercise in all_exercises().values():

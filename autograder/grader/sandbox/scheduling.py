@@ -1,6 +1,6 @@
 """A rank cannot change the scheduling of the processes that measure it (issue 37).
 
-The launcher samples each rank's memory every few milliseconds (exercises/meter.py). A process may lower the
+The launcher samples each rank's memory every few milliseconds (exercises/beside/meter.py). A process may lower the
 priority of any other process of its uid: a rank could renice its launcher to 19, make it ``SCHED_IDLE``, or pin it
 to one CPU that the rank floods with busy children, and the sampler would not wake during the rank's peak. So every
 rank gets, before any submitted code, a seccomp filter (kept by every process it starts) that refuses with EPERM:

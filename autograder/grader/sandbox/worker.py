@@ -1,6 +1,6 @@
 """The process that runs submitted code and reports plain observations (run it inside the sandbox).
 
-Protocol: see ``protocol.py`` (JSON jobs on stdin, one a line; JSON lines on the file descriptor ``--results-fd``).
+Protocol: see ``messages.py`` (JSON jobs on stdin, one a line; JSON lines on the file descriptor ``--results-fd``).
 Only this zygote holds that descriptor: each task's child closes it (and stdin, where the next student's job
 will come) before any submitted code runs, so a task can neither forge a result line nor write garbage on it.
 
@@ -25,15 +25,15 @@ import time
 import torch
 
 from ...exercises import all_exercises, get_exercise
-from ...exercises.define import DefinitionError, define_function
-from ...exercises.observing import observe, observer_of
-from ...exercises.ranks import Deferred, rank_fds
-from ...exercises.ranks import configure as configure_ranks
-from ..protocol import BadMessage, Task, loads_bounded
-from .family import RankFamilies, send_tmpfs
+from ...exercises.beside.define import DefinitionError, define_function
+from ...exercises.beside.observing import observe, observer_of
+from ...exercises.beside.ranks import Deferred, rank_fds
+from ...exercises.beside.ranks import configure as configure_ranks
+from ..messages import BadMessage, Task, loads_bounded
 from .hugepages import collapse_anonymous_memory
 from .isolation import close_inherited, isolate_rank, rank_outputs
 from .kernels import switch_off
+from .rank_holdings import RankFamilies, send_tmpfs
 from .reset import fresh_for_next_job
 from .scheduling import protect_from_rescheduling
 
@@ -54,7 +54,7 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
     """Child side: define the function from the cells, observe it, send JSON, exit. Never returns.
 
     For a rank exercise this process runs no student code at all: it forks the ranks, which define the function,
-    and measures them from outside (exercises/ranks.py, meter.py)."""
+    and measures them from outside (exercises/beside/ranks.py, meter.py)."""
     status = 0
     try:
         os.close(results_fd)  # the zygote's channel to the grader: submitted code never holds it
@@ -97,7 +97,7 @@ def _configure_ranks(write_fd: int, kernels: tuple[tuple[str, str], ...] = ()) -
     """What every rank does first, and how the launcher counts their memory, in a sandbox of its own (the
     student's own kernel, in a self-check, does neither): no channel to the zygote and no other inherited descriptor,
     isolated from the other ranks (isolation.py), unable to reschedule the launcher (scheduling.py); memory counted
-    over every process a rank starts (family.py); the exercise's forbidden torch kernels switched off (kernels.py)."""
+    over every process a rank starts (rank_holdings.py); the exercise's forbidden torch kernels switched off (kernels.py)."""
     tmp_bytes = os.environ.get("AUTOGRADER_ISOLATE_RANKS")
     measuring = [os.getpid(), os.getppid()]  # this launcher and the zygote: no rank may change their scheduling
 

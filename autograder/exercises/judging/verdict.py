@@ -2,9 +2,9 @@
 
 The report leads with the diagnosed cause (``diagnosis.py``, rendered by ``feedback.py``) when one is given.
 """
+from ..exercise import CheckResult
 from . import feedback
 from .diagnosis import Diagnosis
-from .protocol import CheckResult
 
 
 def total(results: list[CheckResult]) -> float:

@@ -16,10 +16,10 @@ for one and the same reason (it raised the same error everywhere). Plain Python;
 import re
 from dataclasses import dataclass, field
 
+from ..exercise import CheckResult
+from .checking import NOT_DONE
 from .diagnosis import Diagnosis
 from .localise import DEDUCED
-from .protocol import CheckResult
-from .reading import NOT_DONE
 
 NOT_STARTED = f"Not started: {NOT_DONE[0].lower()}{NOT_DONE[1:]}"
 

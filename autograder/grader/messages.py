@@ -13,7 +13,7 @@ characters, truncated to what the reports show.
 """
 from dataclasses import asdict, dataclass, fields
 
-from ..exercises.parse import BadMessage, loads_bounded, within_depth
+from ..exercises.judging.parse import BadMessage, loads_bounded, within_depth
 from .escape import strip_controls
 
 __all__ = ["BadMessage", "Task", "TaskResult", "failed", "clean_text", "loads_bounded", "parse_line", "parse_ready",

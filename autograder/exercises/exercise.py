@@ -29,8 +29,8 @@ Grading is split in two halves that never share a process in class grading:
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .parse import parse_observation
-from .reading import ScenarioError, scenario, scenario_keys, what
+from .judging.checking import ScenarioError, scenario, scenario_keys, what
+from .judging.parse import parse_observation
 
 FEEDBACK_CHARS = 1000  # one check's sentence: the checks' own words, with at most a short quote of the student's
 # The evidence rule's sentence: the check's own measurement is right (say so: credit what is right), but it counts

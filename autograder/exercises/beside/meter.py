@@ -64,7 +64,7 @@ class Meter:
     def __init__(self, interval: float = SAMPLE_S, gates=None, held=None, private_network: bool = False,
                  sent_counter=tx_bytes):
         """``held(pids, baseline)``: what each rank holds now; in class grading, counted over every process it
-        started (grader/sandbox/family.py), else the rank processes alone. ``sent_counter()``: the bytes sent so
+        started (grader/sandbox/rank_holdings.py), else the rank processes alone. ``sent_counter()``: the bytes sent so
         far on the ranks' loopback; ``private_network``: it carries only their traffic."""
         self.interval, self.gates, self.measure = interval, gates, held or ranks_alone
         self.private_network, self.sent_counter = private_network, sent_counter

@@ -28,10 +28,10 @@ import importlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from ..exercise import CheckResult, Exercise
+from .checking import NOT_DONE
 from .localise import Localisation, Locate, localise
 from .parse import parse_observation
-from .protocol import CheckResult, Exercise
-from .reading import NOT_DONE
 
 ALL = ("",)  # ``Mistake.explains``: every failed check (the empty phrase is in every title)
 EVERY = ("*",)  # ``Mistake.includes``: every other mistake

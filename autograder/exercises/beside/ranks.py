@@ -33,12 +33,12 @@ import warnings
 
 from coursekit.quiet import c_stderr_silenced
 
+from ..judging.checking import ABORTED, DEADLOCK
+from ..judging.parse import BadMessage, loads_bounded
 from .define import DefinitionError, cell_line, define_function
 from .loopback import PrivateLoopback, store_socket
 from .meter import PEAK_SAMPLE_S, SAMPLE_S, Meter
 from .observing import describe_exception, observation
-from .parse import BadMessage, loads_bounded
-from .reading import ABORTED, DEADLOCK
 
 LAUNCH_TIMEOUT_S = 8.0      # one scenario's ranks; a correct run takes well under a second
 REPLY_LIMIT = 2 << 20       # bytes one rank may answer with

@@ -16,7 +16,7 @@ import importlib
 import numbers
 from collections.abc import Callable
 
-from autograder.exercises.define import cell_line
+from autograder.exercises.beside.define import cell_line
 
 
 def observer_of(exercise):

@@ -23,7 +23,7 @@ from the student. Plain Python: no torch.
 import json
 from numbers import Real
 
-from .reading import DIFFERENT, MALFORMED, MISSING
+from .checking import DIFFERENT, MALFORMED, MISSING
 
 TEXT_CHARS = 300          # an error message or a type name; feedback quotes at most this much
 VECTOR = 8                # a list of at least this many numbers in the reference is data: its length is exact

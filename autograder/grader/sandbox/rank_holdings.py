@@ -1,6 +1,6 @@
 """What each rank holds, counted over every process it started (class grading only).
 
-The launcher's meter samples each rank's resident memory (exercises/meter.py). A rank could park its data in a
+The launcher's meter samples each rank's resident memory (exercises/beside/meter.py). A rank could park its data in a
 child or grandchild, even one that double-forks and outlives it, and the rank's own numbers would drop. In a
 grading worker every process of the sandbox's PID namespace is ours to see, so each sample charges a rank with
 all its descendants (found through their parents, and remembered, since an orphan's parent becomes PID 1), and
@@ -15,7 +15,7 @@ again (copy-on-write pages count in both), which can only raise the student's ow
 import os
 import socket
 
-from ...exercises.meter import status_bytes
+from ...exercises.beside.meter import status_bytes
 
 
 class RankFamilies:

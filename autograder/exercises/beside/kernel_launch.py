@@ -10,8 +10,8 @@ from contextlib import contextmanager
 
 import torch
 
+from ..judging.checking import ABORTED, DEADLOCK
 from .ranks import run_on_ranks
-from .reading import ABORTED, DEADLOCK
 
 TIMEOUT_S = 30.0  # a correct scenario takes well under a second in the interpreter
 CRASHED = "the process crashed, its memory corrupted (as by a tl.store past the end of a tensor)"
