@@ -18,12 +18,15 @@ REPO = Path(__file__).resolve().parent.parent
 LEVELS = {"default": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE"}
 TIER = "not slow and not browser and not serial"
 # Fast-tier files that judge no float a kernel computes (packaging, parsing, the sandbox, the layout of reports and
-# of the repository): the same outcome under every kernel level, so they run once, in the first tier.
+# of the repository, the lessons' text, recorded times, the scheduling of these tests, the launcher's gate policies):
+# the same outcome under every kernel level, so they run once, in the first tier.
 NO_FLOATS = ("test_accessibility", "test_cell_length", "test_cgroups", "test_class_report", "test_course",
-             "test_feedback_files", "test_fingerprint", "test_gradebook_record", "test_hostile_parsing",
-             "test_kit_assignment_list", "test_layering", "test_make_lab", "test_markdown_feedback", "test_packaging",
-             "test_readme_commands", "test_sandbox_etc", "test_sandbox_gpu", "test_sandbox_hugepages",
-             "test_student_kit")
+             "test_exercise_scaffolds", "test_feedback_files", "test_fingerprint", "test_gate_policies",
+             "test_gradebook_record", "test_hostile_parsing", "test_hub_welcome", "test_kit_assignment_list",
+             "test_layering", "test_make_lab", "test_markdown_feedback", "test_needed_libraries", "test_packaging",
+             "test_predictions_fair", "test_prose_numbers", "test_readme_commands", "test_run_times",
+             "test_sandbox_defences", "test_sandbox_etc", "test_sandbox_gpu", "test_sandbox_hugepages",
+             "test_student_kit", "test_study_time", "test_xdist_units")
 
 
 def cpu_flags() -> set[str]:

@@ -96,9 +96,9 @@ EACH_TEST_ALONE = {"test_nbgrader_lessons", "test_notebooks"}
 # The costliest units first (longest first: the other process takes the short ones meanwhile, and neither ends
 # minutes after the other); the rest follow by number of tests, as xdist orders them. Measured with --durations=0.
 COSTLIEST_FIRST = ("observations", "student-kit", "test_nbgrader_lessons", "test_nbgrader", "test_cli", "test_notebooks",
-                   "test_sharded_optimizer", "test_flight_recorder", "test_ring_attention", "test_average_gradients",
-                   "test_class_report", "test_checkpointer", "test_fingerprint", "test_tensor_parallel_mlp",
-                   "test_cluster", "test_expert_parallel_moe", "test_held_out", "test_gpu_evidence")
+                   "test_sharded_optimizer", "test_sandbox_defences", "test_flight_recorder", "test_ring_attention",
+                   "test_average_gradients", "test_class_report", "test_checkpointer", "test_fingerprint",
+                   "test_tensor_parallel_mlp", "test_cluster", "test_expert_parallel_moe", "test_held_out", "test_gpu_evidence")
 
 
 def pytest_xdist_make_scheduler(config, log):

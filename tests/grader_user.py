@@ -8,6 +8,7 @@ site-packages: the same pinned torch, nbgrader and grader code, no copy, no down
 ``delegate=True`` gives the user a cgroup v1 subtree (cpu, memory, pids) chowned to it and starts the
 grader inside it, as an admin delegates a subtree (systemd's ``Delegate=yes`` does the same on cgroup v2).
 """
+import atexit
 import os
 import pwd
 import shutil
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -53,14 +55,18 @@ def _imports(python: str, user: pwd.struct_passwd) -> bool:
     return probe.returncode == 0
 
 
-def user_python(user: pwd.struct_passwd, folder: Path) -> str:
-    """An interpreter the user can run that imports this course's packages; skip with the reason if none."""
+@cache
+def user_python(user: pwd.struct_passwd) -> str:
+    """An interpreter the user can run that imports this course's packages; skip with the reason if none.
+    Made once per test process and shared by its batches: the venv and its import probes cost seconds each time."""
     if _imports(sys.executable, user):
         return sys.executable
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     system_python = shutil.which(f"python{version}", path="/usr/bin:/bin")
     if not system_python:
         pytest.skip(f"{sys.executable} is unreadable for other users and there is no /usr/bin/python{version}")
+    folder = shared_folder("user-python-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     venv = folder / "user-venv"
     subprocess.run([system_python, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
     site_packages = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
@@ -131,7 +137,7 @@ def grade(submissions: Path, out: Path, *extra: str, as_user: bool, env: dict | 
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
     user = ensure_user()
     work = out.parent
-    python = user_python(user, work)
+    python = user_python(user)
     give_to(user, submissions, work)
     keep = {k: v for k, v in env.items() if k.startswith(("NBGRADER_", "SECRET_", "AUTOGRADER_TEST"))}
     user_env = ["env", "-i", f"PATH={Path(python).parent}:/usr/bin:/bin", f"HOME={work}", "LANG=C.UTF-8",

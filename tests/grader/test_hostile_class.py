@@ -3,7 +3,10 @@ honest students, with the grader run as root and as an ordinary Unix user.
 
 Each attack once stopped the whole batch, injected output, leaked a secret or harmed another student. The
 fair outcome: this student gets 0 or a clear reason; every other student is unaffected; every output is
-written and inert. A second batch grades CPU/thread/process/memory hogs *concurrently* with honest students.
+written and inert. The same batch holds hostile cells (``HOSTILE``: exits, hangs, fork bombs, patched comparisons,
+reads of the solutions, the network, writes outside): each scores 0 with a clear reason, and honest students next
+to them keep full marks. One batch per identity serves every test (each costs tens of seconds of fixed work). A
+second batch grades CPU/thread/process/memory hogs *concurrently* with honest students.
 """
 import csv
 import io
@@ -136,6 +139,94 @@ ZERO_WITH_REASON = {
     "fills_dev_shm": "No space left on device",
 }
 FULL = ["honest_a", "honest_b", "html_outputs", "kim+lee@uni.example", "extra_lesson_upload", "L" * 250]
+
+WRONG_BODY = '''
+def train_with_accumulation(model, dataloader, optimizer, criterion, accumulation_steps=4):
+    return 0.0  # trains nothing
+'''
+
+# --- hostile cells (once tests/grader/test_hostile.py's own batch): each would earn marks, or break grading, under plain
+# in-kernel nbgrader grading; where a cell *could* cheat if the sandbox let it, it cheats when it can and fails loudly
+# when it cannot, so a 0 proves the door was shut ---
+HOSTILE = {  # student: (cell source, phrase expected in the feedback)
+    "exits_at_definition": ("import os\nos._exit(0)\n" + WRONG_BODY, "ended the process"),
+    "sys_exit_in_function": ("import sys\ndef train_with_accumulation(*a, **k):\n    sys.exit(0)\n", "SystemExit"),
+    "hangs_at_definition": ("while True:\n    pass\n", "did not finish within"),
+    "hangs_in_function": ("def train_with_accumulation(*a, **k):\n    while True:\n        pass\n", "did not finish within"),
+    "floods_output": ("import sys\nwhile True:\n    sys.stdout.write('spam' * 10000)\n", "more output than the grader allows"),
+    "giant_allocation": ("import torch\nhog = torch.empty(2 ** 42)\n" + WRONG_BODY, "can't allocate memory"),
+    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+                  "did not finish within"),
+    "kills_grader_worker": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + WRONG_BODY,
+                            "stopped the grading worker"),
+    "patches_comparisons": ('''
+import math, torch, numpy
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True
+torch.testing.assert_close = lambda *a, **k: None
+math.isclose = lambda *a, **k: True
+numpy.allclose = lambda *a, **k: True
+import autograder.exercises.judging.checking as ex
+ex.close = lambda *a, **k: True
+ex.max_abs_diff = lambda *a, **k: 0.0
+''' + WRONG_BODY, "returns_a_constant"),
+    "replaces_exceptions_and_hooks": ('''
+import builtins, sys
+builtins.AssertionError = type("AssertionError", (Exception,), {})
+builtins.Exception = type("Exception", (BaseException,), {})
+sys.excepthook = lambda *a: None
+sys.displayhook = lambda value: None
+''' + WRONG_BODY, "returns_a_constant"),
+    "fakes_the_observation": ('''
+import autograder.exercises.train_with_accumulation.observe as me
+from autograder.exercises.train_with_accumulation.cases import SCENARIOS
+def fake(fn, **kwargs):
+    return {"scenarios": {k: {"returned_is_float": True, "returned_has_graph": False, "returned_type": "float",
+            "returned": 1.0, "steps": 2, "step_grads": [], "params": [], "training": True, "max_graphs_alive": 0}
+            for k in SCENARIOS}}
+me.observe = fake
+''' + WRONG_BODY, "shaped differently"),
+    "copies_the_reference_solution": ('''
+import json, glob, os, autograder
+repo = os.path.dirname(os.path.dirname(autograder.__file__))
+paths = [p for pattern in (f"{repo}/solutions/*/*.ipynb", f"{repo}/**/*.ipynb", "/home/**/*.ipynb", "/srv/**/*.ipynb")
+         for p in glob.glob(pattern, recursive=True)]
+if not paths:
+    raise RuntimeError("no solutions visible")
+cells = json.load(open(paths[0]))["cells"]
+exec("".join(next(c["source"] for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == "train_with_accumulation")))
+''', "no solutions visible"),
+    "imports_the_reference_loader": ('''
+from autograder.authoring.course import reference_function
+train_with_accumulation = reference_function("train_with_accumulation")
+''', "solutions"),
+    "reads_the_gradebook": ('''
+import os, autograder
+classroom = os.path.join(os.path.dirname(os.path.dirname(autograder.__file__)), "classroom")
+if not os.path.isdir(classroom) or not os.listdir(classroom):
+    raise RuntimeError("the course folder is empty here")
+''' + WRONG_BODY, "empty here"),
+    "uses_the_network": ('''
+import socket
+socket.create_connection(("1.1.1.1", 443), timeout=3)
+''' + WRONG_BODY, "Network is unreachable"),
+    "writes_outside_its_folder": ('''
+import autograder, os
+open(os.path.join(os.path.dirname(autograder.__file__), "pwned.py"), "w").write("x = 1")
+''' + WRONG_BODY, "Read-only file system"),
+    "leaves_a_daemon_behind": ('''
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            time.sleep(1)
+    os._exit(0)
+''' + WRONG_BODY, "returns_a_constant"),
+}
+HONEST = ["honest_1", "honest_2", "honest_3"]
+CLASS |= {student: {NB: filled(NB, {EX: source})} for student, (source, _) in HOSTILE.items()}
+CLASS |= {student: {NB: filled(NB, {EX: reference_source(EX)})} for student in HONEST}
 
 
 def write_class(folder, students):
@@ -286,6 +377,29 @@ def test_a_constant_earns_nothing(hostile_class):
     row = by_student(rows)["returns_a_constant"]
     assert float(row["score"]) == 0, row
     assert f"{REFERENCE_RETURN:.4f}" not in (out / "feedback" / f"{file_stem('returns_a_constant')}.md").read_text()
+
+
+@pytest.mark.parametrize("student", sorted(HOSTILE))
+def test_hostile_scores_zero_with_reason(hostile_class, student):
+    *_, rows = hostile_class
+    row = by_student(rows)[student]
+    assert float(row["score"]) == 0.0, row
+    assert HOSTILE[student][1] in row["feedback"], row
+
+
+def test_honest_students_next_to_hostile_cells_keep_full_marks(hostile_class):
+    *_, rows = hostile_class
+    table = by_student(rows)
+    for student in HONEST:
+        assert float(table[student]["score"]) == float(table[student]["max_score"]) > 0, table[student]
+
+
+def test_nothing_escaped(hostile_class):
+    """(No sandboxed process outlived grading: the fixture checks it as soon as the grader returns.)"""
+    _, run, _, _, rows = hostile_class
+    assert "isolation: bubblewrap" in run.stdout or "bwrap" in run.stderr
+    assert not (REPO / "autograder" / "pwned.py").exists()
+    assert sum(r["student"] in HOSTILE or r["student"] in HONEST for r in rows) == len(HOSTILE) + len(HONEST)
 
 
 # ---- one student must not starve or fail another ----------------------------------------------------------

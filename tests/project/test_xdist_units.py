@@ -1,6 +1,10 @@
 """How `make test` and `make test-fast` share the tests between their processes (tests/conftest.py): units that keep
-shared work together, a few files split test by test, and the costliest units first."""
-from conftest import COSTLIEST_FIRST, work_order, work_unit
+shared work together, a few files split test by test, and the costliest units first; the serial steps after them."""
+import subprocess
+import sys
+
+import pytest
+from conftest import COSTLIEST_FIRST, REPO, work_order, work_unit
 from xdist.scheduler import LoadScopeScheduling
 
 
@@ -30,3 +34,16 @@ def test_xdist_still_has_the_scheduler_methods_conftest_overrides():
     """Private to xdist: the scheduler in conftest.py changes how units are named and the order they are handed out."""
     assert callable(LoadScopeScheduling._split_scope) and callable(LoadScopeScheduling._assign_work_unit)
     assert "workqueue" in LoadScopeScheduling.__init__.__code__.co_names
+
+
+@pytest.mark.slow
+def test_the_serial_steps_collect_every_serial_test():
+    """The Makefile's serial steps collect only SERIAL_FILES (the files that say `mark.serial`), not every file: each
+    test marked `serial` anywhere must be in one of them, or `make test` would never run it."""
+    shown = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "show-serial-files: ; @echo $(SERIAL_FILES)",
+                            "show-serial-files"], cwd=REPO, capture_output=True, text=True, check=True)
+    listed = set(shown.stdout.split())
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "serial", "-p",
+                                "no:cacheprovider", "-o", "addopts="], cwd=REPO, capture_output=True, text=True)
+    serial = {line.partition("::")[0] for line in collected.stdout.splitlines() if "::" in line}
+    assert serial and serial <= listed, (serial - listed, collected.stdout[-2000:])

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from grader_user import ensure_user, give_to, is_root, shared_folder
+from grader_user import ensure_user, give_to, is_root, shared_folder, user_python
 
 from autograder.grader.isolation import AloneOrShared
 from autograder.grader.sandbox import forbidden, identity, isolation, probe
@@ -33,8 +33,9 @@ from autograder.grader.sandbox.launch import (
     with_probe,
 )
 
-# make test runs this file after the others, alone: it edits /etc/subuid, fills a user's epoll quota, measures memory
-pytestmark = pytest.mark.serial
+# Tests marked `serial` run after the others, alone (make test): they edit /etc/subuid (which would hand subordinate
+# uids to any ordinary-user grader running beside them), fill the test user's epoll quota, or sample memory peaks on a
+# schedule. The rest start their own sandboxes, scan nothing outside them, and run side by side.
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).resolve().parents[1] / "sandbox_defences_driver.py"
@@ -231,21 +232,6 @@ def subordinate_range(user: pwd.struct_passwd, start: int = 1_000_000, count: in
                 Path(path).write_text(text)
 
 
-def user_python(user: pwd.struct_passwd, folder: Path) -> str:
-    """An interpreter the user can run that imports this checkout's packages (PYTHONPATH) and the course's venv."""
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    system_python = shutil.which(f"python{version}", path="/usr/bin:/bin")
-    if not system_python:
-        pytest.skip(f"no /usr/bin/python{version} for the ordinary user")
-    venv = folder / "user-venv"
-    subprocess.run([system_python, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
-    lines = "".join(f"import site; site.addsitedir({p!r})\n" for p in sys.path
-                    if p.endswith("site-packages") and Path(p).is_dir())
-    (venv / "lib" / f"python{version}" / "site-packages" / "course-venv.pth").write_text(lines)
-    subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
-    return str(venv / "bin" / "python")
-
-
 def drive(check: str, as_user: bool, timeout: float = 900) -> dict:
     """Run the driver's ``check`` as root (this interpreter) or as the ordinary test user; its JSON answer."""
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONPATH": str(REPO)}
@@ -255,7 +241,7 @@ def drive(check: str, as_user: bool, timeout: float = 900) -> dict:
     else:
         user = ensure_user()
         work = shared_folder("defences-")
-        python = user_python(user, work)
+        python = user_python(user)
         give_to(user, work)
         command = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "env", "-i",
                    *(f"{k}={v}" for k, v in {**env, "HOME": str(work)}.items()), python, str(DRIVER), check]
@@ -267,7 +253,7 @@ def drive(check: str, as_user: bool, timeout: float = 900) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-WHO = [pytest.param("root"), pytest.param("user"), pytest.param("user with subordinate uids")]
+WHO = [pytest.param("root"), pytest.param("user"), pytest.param("user with subordinate uids", marks=pytest.mark.serial)]
 
 
 def drive_as(who: str, check: str) -> dict:
@@ -378,6 +364,7 @@ def test_a_rank_still_imports_the_course_checked_out_under_tmp(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_memory_counts_every_process_a_rank_starts():
     """A rank that parks 64 MiB in a child, in a grandchild that outlives it, or in files of its private tmpfs (also
     when it then makes itself undumpable, so that /proc/<pid>/root cannot be read: the launcher reads the tmpfs through
@@ -391,6 +378,7 @@ def test_memory_counts_every_process_a_rank_starts():
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_full_epoll_quota_fails_no_other_students_ranks_with_subordinate_uids():
     """Issue 25: one worker fills its uid's epoll-watch quota; the control (every worker as the grader's uid) shows
     the attack works, and with subordinate uids another worker's gloo ranks still run."""
