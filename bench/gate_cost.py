@@ -51,7 +51,8 @@ def observe_times(checkout: Path, exercise: str, times: int) -> list[float]:
 
 GATED = {"MiniFSDP": ("mini_fsdp", "memory", 7, "expected_gates"),
          "BucketedDDP": ("bucketed_ddp", "overlap", 5, "expected_gates"),
-         "ShardedOptimizer": ("sharded_optimizer", "memory", 2, "expected_steps")}
+         "ShardedOptimizer": ("sharded_optimizer", "memory", 2, "expected_steps"),
+         "TensorParallelMLP": ("tensor_parallel_mlp", "traffic", 1, "expected_passes")}
 
 
 def recomputation_times(exercise: str, times: int = 5) -> list[float]:

@@ -122,3 +122,37 @@ def test_a_pause_gradient_depends_on_the_seed_answered_at_the_pause_before_it():
     at_first = model[5].weight.detach().expand(3, 4) * factors(11, torch.empty(3, 4))
     by_hand = (at_first @ model[3].weight.detach()) * (1 - torch.tanh(model[0](x)).detach() ** 2)
     assert abs(first[1][0] - float(by_hand.double().sum())) < 1e-5
+
+
+# TensorParallelMLP (its traffic scenario's one pause between the passes): the red team's f moved into the forward,
+# its own request between the two all-reduces; and the reference asking once more after its backward.
+def test_tensor_parallel_summing_x_grad_before_the_pause_loses_the_backward_bytes_check():
+    from variants.tensor_parallel_mlp import WRONG as TP_WRONG
+
+    results = grade_source("TensorParallelMLP", TP_WRONG["answers_gates_in_advance"][0])
+    lost = failed(results, "backward pass")
+    assert lost and "x.grad is not the one the grader's backward gives" in lost[0].feedback, results
+    assert not failed(results, "forward pass") and not failed(results, "equals"), "its values keep their points"
+
+
+TP_ASKS_AGAIN = '''
+import autograder.exercises.beside.ranks as ranks
+
+_Reference = TensorParallelMLP
+
+
+class TensorParallelMLP(_Reference):
+    def forward(self, x):
+        y = super().forward(x)
+        ranks.ask_gate("between forward and backward", y.detach())
+        return y
+'''
+
+
+def test_tensor_parallel_asking_twice_loses_both_bytes_checks():
+    results = grade_source("TensorParallelMLP", reference_source("TensorParallelMLP") + TP_ASKS_AGAIN)
+    for phase in ("forward pass", "backward pass"):
+        lost = failed(results, phase)
+        assert lost and "asked at the grader's pauses 2 times where its forward and backward have 1" in \
+            lost[0].feedback, results
+    assert not failed(results, "equals"), "its values are right, and keep their points"

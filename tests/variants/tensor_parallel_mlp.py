@@ -452,6 +452,79 @@ class TensorParallelMLP(nn.Module):
         w1, b1, w2 = _Gather.apply(self.w1, 0), _Gather.apply(self.b1, 0), _Gather.apply(self.w2, 1)
         return F.linear(F.gelu(F.linear(x, w1, b1)), w2, self.b2)
 ''', ["forward pass", "backward pass"]),
+    # Issue 37's red team: f's all-reduce moved into the forward, on x.grad computed there by hand from the upstream
+    # gradient read in the grader's frame; the rank asks at the grader's pause between the passes itself, between
+    # its two all-reduces (silencing the grader's own request), and forges the profiler's count: each pass's bytes
+    # then looked like one all-reduce (full marks). Now the upstream gradient is drawn from the pause's answer.
+    "answers_gates_in_advance": ('''
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+import torch.nn.functional as F
+import autograder.exercises.beside.ranks as ranks
+import autograder.exercises.tensor_parallel_mlp.observe as grader
+
+
+def _ask(y):
+    request, reply = ranks._gate_channel
+    os.write(request, (json.dumps({"gate": "between forward and backward", "digest": ranks.digest(y)}) + "\\n").encode())
+    answer = b""
+    while not answer.endswith(b"\\n"):
+        answer += os.read(reply, 64)
+    return float(answer)
+
+
+def _upstream():
+    frame = sys._getframe(1)
+    while frame is not None and "upstream" not in frame.f_locals:
+        frame = frame.f_back
+    return frame.f_locals["upstream"]
+
+
+class _Both(torch.autograd.Function):
+    """y and x.grad, both summed in the forward; the backward hands back what the forward computed."""
+    @staticmethod
+    def forward(ctx, x, w1, b1, w2, b2, upstream):
+        pre = F.linear(x, w1, b1)
+        y = F.linear(F.gelu(pre), w2)
+        dist.all_reduce(y)
+        y = y + b2
+        if ranks._gate_channel is not None:
+            answer = _ask(y)
+            grader.ask_gate = lambda name, tensor: answer  # the grader's own request, silenced
+        with torch.enable_grad():
+            xs, w1s, b1s, w2s = (t.detach().requires_grad_() for t in (x, w1, b1, w2))
+            part = F.linear(F.gelu(F.linear(xs, w1s, b1s)), w2s)
+            gx, g1, gb, g2 = torch.autograd.grad((part * upstream).sum(), (xs, w1s, b1s, w2s))
+        dist.all_reduce(gx)
+        ctx.grads = (gx, g1, gb, g2, upstream.sum(0))
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        gx, g1, gb, g2, g2b = ctx.grads
+        return gx, g1, gb, g2, g2b, None
+
+
+class TensorParallelMLP(nn.Module):
+    def __init__(self, fc1, fc2):
+        super().__init__()
+        grader.collective_counts = lambda prof: [["all_reduce", 1]]  # in the rank only
+        rank, n = dist.get_rank(), dist.get_world_size()
+        k = fc1.out_features // n
+        block = slice(rank * k, (rank + 1) * k)
+        self.w1 = nn.Parameter(fc1.weight.detach()[block].clone())
+        self.b1 = nn.Parameter(fc1.bias.detach()[block].clone())
+        self.w2 = nn.Parameter(fc2.weight.detach()[:, block].clone())
+        self.b2 = nn.Parameter(fc2.bias.detach().clone())
+
+    def forward(self, x):
+        return _Both.apply(x, self.w1, self.b1, self.w2, self.b2, _upstream())
+''', ["backward pass"]),
     "not_implemented": ('''
 import torch
 from torch import nn

@@ -4098,12 +4098,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'fc2.weight (gradient) @ three_ranks',
                 'fc2.weight (gradient) @ two_ranks',
                 'sketch the output @ traffic',
-                "sketch x's gradient @ traffic",
                 'the output @ three_ranks',
                 'the output @ traffic',
                 'the output @ two_ranks',
                 "x's gradient @ three_ranks",
-                "x's gradient @ traffic",
                 "x's gradient @ two_ranks",
             ),
             'right_parts': (
@@ -4179,9 +4177,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 "x's gradient",
             ),
             'certain_places': (
-                "sketch x's gradient @ traffic",
                 "x's gradient @ three_ranks",
-                "x's gradient @ traffic",
                 "x's gradient @ two_ranks",
             ),
             'right_parts': (
@@ -4259,9 +4255,7 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'fc1.weight (gradient) @ two_ranks',
                 'fc2.weight (gradient) @ three_ranks',
                 'fc2.weight (gradient) @ two_ranks',
-                "sketch x's gradient @ traffic",
                 "x's gradient @ three_ranks",
-                "x's gradient @ traffic",
                 "x's gradient @ two_ranks",
             ),
             'right_parts': (
@@ -4342,12 +4336,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain_places': (
                 'sketch the output @ traffic',
-                "sketch x's gradient @ traffic",
                 'the output @ three_ranks',
                 'the output @ traffic',
                 'the output @ two_ranks',
                 "x's gradient @ three_ranks",
-                "x's gradient @ traffic",
                 "x's gradient @ two_ranks",
             ),
             'right_parts': (
@@ -4453,8 +4445,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'fc2.weight (value) @ rank 0',
                 'fc2.weight (value) @ rank 1',
                 'fc2.weight (value) @ rank 2',
-                "sketch x's gradient @ rank 0",
-                "sketch x's gradient @ rank 1",
                 "x's gradient @ rank 0",
                 "x's gradient @ rank 1",
                 "x's gradient @ rank 2",
@@ -4516,12 +4506,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'fc2.weight (value) @ three_ranks',
                 'fc2.weight (value) @ two_ranks',
                 'sketch the output @ traffic',
-                "sketch x's gradient @ traffic",
                 'the output @ three_ranks',
                 'the output @ traffic',
                 'the output @ two_ranks',
                 "x's gradient @ three_ranks",
-                "x's gradient @ traffic",
                 "x's gradient @ two_ranks",
             ),
             'right_parts': (
@@ -4606,12 +4594,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain_places': (
                 'sketch the output @ traffic',
-                "sketch x's gradient @ traffic",
                 'the output @ three_ranks',
                 'the output @ traffic',
                 'the output @ two_ranks',
                 "x's gradient @ three_ranks",
-                "x's gradient @ traffic",
                 "x's gradient @ two_ranks",
             ),
             'right_parts': (
@@ -4670,12 +4656,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain_places': (
                 'sketch the output @ traffic',
-                "sketch x's gradient @ traffic",
                 'the output @ three_ranks',
                 'the output @ traffic',
                 'the output @ two_ranks',
                 "x's gradient @ three_ranks",
-                "x's gradient @ traffic",
                 "x's gradient @ two_ranks",
             ),
             'right_parts': (
@@ -4784,6 +4768,28 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
             ),
         },
+        'answers_gates_in_advance': {
+            'always': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+            ),
+            'may': (
+                'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
+            ),
+            'wrong': (
+            ),
+            'signs': (
+            ),
+            'places': (
+            ),
+            'sizes': (
+            ),
+            'certain': (
+            ),
+            'certain_places': (
+            ),
+            'right_parts': (
+            ),
+        },
         'returns_this_ranks_partial_output': {
             'always': (
                 'Exactly one all-reduce in the backward pass (f; bytes measured outside your ranks)',
@@ -4825,8 +4831,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'fc2.weight (value) @ rank 0',
                 'fc2.weight (value) @ rank 1',
                 'fc2.weight (value) @ rank 2',
-                "sketch x's gradient @ rank 0",
-                "sketch x's gradient @ rank 1",
                 "x's gradient @ rank 0",
                 "x's gradient @ rank 1",
                 "x's gradient @ rank 2",
@@ -4870,12 +4874,10 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain_places': (
                 'sketch the output @ traffic',
-                "sketch x's gradient @ traffic",
                 'the output @ three_ranks',
                 'the output @ traffic',
                 'the output @ two_ranks',
                 "x's gradient @ three_ranks",
-                "x's gradient @ traffic",
                 "x's gradient @ two_ranks",
             ),
             'right_parts': (
@@ -5013,8 +5015,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'fc2.weight (value) @ rank 1',
                 'sketch the output @ rank 0',
                 'sketch the output @ rank 1',
-                "sketch x's gradient @ rank 0",
-                "sketch x's gradient @ rank 1",
                 'the output @ rank 0',
                 'the output @ rank 1',
                 "x's gradient @ rank 0",

@@ -23,12 +23,16 @@ Method ("one all-reduce each way"), measured outside the ranks. The profiler's c
 the loopback agree. The ``traffic`` scenario: 2 ranks, d_in = d_out = 64, h = 4096, a batch of 1024, the same sizes
 for every salt; between forward and backward each rank stops at a gate until all are there, and the launcher reads
 the loopback's transmit counter (``StopAllAtGates``): the forward's bytes are the reading when the last rank arrives
-(every forward done, no backward started), the backward's the rest of the scenario's ``lo_bytes``. Each pass must
+(every forward done, no backward started), the backward's the rest of the scenario's ``lo_bytes``. The gate is the
+launcher's (issue 37): each rank reports its whole output's digest there, exactly once, and the answer (a seed drawn
+after the fork, the same for every rank) draws the backward's upstream gradient, so x.grad's sum travels only after
+the reading; the launcher recomputes the output's digest and x.grad (``observe.expected_passes``). Each pass must
 send within 1.5× of the reference's, measured the same way. Its evidence: every rank's first rows of the output
-(and, for the backward check, of x.grad) are the single-process MLP's. An all-reduce of B values on 2 ranks sends
-2·B·4 bytes (gloo's ring) plus about 0.3 KiB; a gather of the hidden activations sends (N−1)·batch·h·4, of the
-weights (N−1)·h·(d_in + d_out + 1)·4: 32× and 4× the all-reduce here (h / 2·d_out and h / batch). What each style
-measured, and what the scenario costs: ``docs/method-evidence.md``.
+(and, for the backward check, of x.grad under the gate's upstream gradient) are the single-process MLP's, and so
+are sketches of all of them. An all-reduce of B values on 2 ranks sends 2·B·4 bytes (gloo's ring) plus about
+0.3 KiB; a gather of the hidden activations sends (N−1)·batch·h·4, of the weights (N−1)·h·(d_in + d_out + 1)·4:
+32× and 4× the all-reduce here (h / 2·d_out and h / batch). What each style measured, and what
+the scenario costs: ``docs/method-evidence.md``.
 """
 from ..exercise import Check, Exercise
 from . import cases, checks

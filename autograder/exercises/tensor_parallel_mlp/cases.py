@@ -15,6 +15,7 @@ PUBLIC_SIZES = {"d_in": 6, "per_rank": 4, "d_out": 3, "batch": 4}  # hidden size
 TRAFFIC_SIZES = {"d_in": 64, "per_rank": 2048, "d_out": 64, "batch": 1024}
 TRAFFIC_RATIO = 1.5     # bytes of a pass within this factor of the reference's (measured: 0.97–1.03; gathers 4–33)
 FINGERPRINT_ROWS = 4    # rows of the traffic scenario's output and x.grad kept (the evidence of real work)
+SEEDED_X_GRAD = "x_grad_after_pause"  # the traffic scenario's x.grad, under the upstream gradient its gate's seed drew
 
 
 def cases(salt: int) -> dict[str, dict]:

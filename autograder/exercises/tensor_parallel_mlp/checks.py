@@ -1,6 +1,15 @@
 """The checks of ``TensorParallelMLP``: plain Python on the observations (no torch here)."""
-from ..judging.checking import case, close, measured_privately, rank_results, scenario, sketch_error
-from .cases import ATOL, ROLES, TRAFFIC_RATIO
+from ..judging.checking import (
+    case,
+    close,
+    expected_at_gates,
+    gate_problem,
+    measured_privately,
+    rank_results,
+    scenario,
+    sketch_error,
+)
+from .cases import ATOL, ROLES, SEEDED_X_GRAD, TRAFFIC_RATIO
 
 DTENSOR = ("Your module uses torch.distributed.tensor (parallelize_module or DTensor), which does this exercise for "
            "you: split the layers and write f and g yourself, as the lesson asks, to earn the points.")
@@ -88,18 +97,44 @@ def shards_really_computed(got: dict, want: dict) -> str | None:
 def fingerprint_problem(got: dict, want: dict, name: str) -> str | None:
     """The traffic scenario's evidence: every rank's first rows of ``name`` (the output, or x.grad) are the
     single-process MLP's, and so is a sketch of all its rows (on vectors secret under a held-out salt: a few rows
-    can be computed alone). With each rank's layers true only in its own block, no rank computes them alone."""
+    can be computed alone). With each rank's layers true only in its own block, no rank computes them alone.
+    x.grad's truth is the launcher's recomputation under the upstream gradient its seed drew at the gate between the
+    passes (``observe.expected_passes``): a rank that summed x.grad before that gate was answered gets it wrong."""
     c = want["case"]
     ranks = got.get("ranks")
     if not isinstance(ranks, list) or len(ranks) != c["world_size"]:
         return f"when {c['what']}, the grader found no results for every rank."
-    for r in ranks:
+    for rank, r in enumerate(ranks):
+        truth = {"rows": want["truth"]["output"], "sketch": want["truth"]["sketch"]["output"]} if name == "output" \
+            else x_grad_truth(got, rank)
+        if truth is None:
+            return (f"when {c['what']}, the grader could not recompute x.grad (rank {rank} did not stop once at its "
+                    "pause between forward and backward).")
+        key = "output" if name == "output" else SEEDED_X_GRAD
         sketches = r.get("sketch") if isinstance(r, dict) and isinstance(r.get("sketch"), dict) else {}
-        if not isinstance(r, dict) or not close(r.get(name), want["truth"][name], atol=ATOL, rtol=1e-4) or (
-                "sketch" in want["truth"] and sketch_error(sketches.get(name), want["truth"]["sketch"][name]) > 1e-3):
-            return (f"when {c['what']}, the ranks' {'outputs' if name == 'output' else 'x.grad'} are not the "
-                    "single-process MLP's.")
+        if not isinstance(r, dict) or not close(r.get(key), truth["rows"], atol=ATOL, rtol=1e-4) or \
+                sketch_error(sketches.get(key), truth["sketch"]) > 1e-3:
+            if name == "output":
+                return f"when {c['what']}, the ranks' outputs are not the single-process MLP's."
+            return (f"when {c['what']}, rank {rank}'s x.grad is not the one the grader's backward gives (its upstream "
+                    "gradient is drawn when the grader's pause between the passes is answered, so x.grad computed "
+                    "or summed before it comes out wrong).")
     return None
+
+
+def x_grad_truth(got: dict, rank: int) -> dict | None:
+    """The launcher's x.grad (first rows and sketch) for ``rank``, from its recomputation; None where it has none."""
+    found = expected_at_gates(got.get("meter") or {"gates": {}}, "x_grad") if isinstance(got, dict) else None
+    truth = found[rank] if isinstance(found, list) and rank < len(found) else None
+    return truth if isinstance(truth, dict) and isinstance(truth.get("rows"), list) else None
+
+
+def pause_problem(meter: dict, rank: int, reference: dict) -> str | None:
+    """Whether rank ``rank`` stopped exactly once at the grader's pause between the passes, with the output its
+    forward gives (reading.gate_problem); the words that finish "rank 0 ..." when not."""
+    want = reference["scenarios"]["traffic"]
+    return gate_problem(meter, rank, 1, want["meter"],
+                        words=("its forward and backward have", "an output the forward does not give"))
 
 
 # ---- the checks ----------------------------------------------------------------------------------
@@ -203,6 +238,12 @@ def traffic_problem(student, reference, phase: str) -> str | None:
     if got is None:
         return f"When {c['what']}, the grader could not read the bytes your ranks sent in each pass."
     want = reference["scenarios"]["traffic"]
+    meter = scenario(student, "traffic", c["what"])["meter"]
+    for rank in range(c["world_size"]):
+        problem = pause_problem(meter, rank, reference)
+        if problem:
+            return (f"When {c['what']}, rank {rank} {problem}: let only the grader stop your ranks between forward and "
+                    "backward (its pause splits the bytes of the two passes).")
     if phase == "backward":
         problem = fingerprint_problem(student["scenarios"]["traffic"], want, "x_grad")
         if problem:

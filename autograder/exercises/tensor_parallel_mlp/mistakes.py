@@ -12,7 +12,7 @@ ranks' own (``reading.measured_privately``).
 from ..judging.checking import DEADLOCK, close, measured_privately
 from ..judging.diagnosis import EVERY, Mistake, error_of, raw_scenario
 from ..judging.localise import Locate
-from .cases import TRAFFIC_RATIO
+from .cases import SEEDED_X_GRAD, TRAFFIC_RATIO
 
 ATOL = 1e-4
 
@@ -224,6 +224,26 @@ def gathers_the_weights(student, reference):
     return None
 
 
+def answers_gates_in_advance(student, reference):
+    """The traffic scenario's pause between the passes asked at the rank's own moment: another number of times than
+    once, or x.grad summed before the pause was answered (the upstream gradient it draws came later), where the
+    scenarios without a pause get x.grad right."""
+    from .checks import fingerprint_problem, pause_problem
+
+    meter = raw_scenario(student, "traffic").get("meter")
+    want = reference["scenarios"]["traffic"]
+    for rank in range(want["case"]["world_size"]):
+        problem = pause_problem(meter, rank, reference) if isinstance(meter, dict) else None
+        if problem and "times where" in problem:
+            return f"rank {rank} {problem}"
+    if _output_right(student, reference) and _x_grad_right(student, reference) and \
+            fingerprint_problem(raw_scenario(student, "traffic"), want, "output") is None and \
+            fingerprint_problem(raw_scenario(student, "traffic"), want, "x_grad"):
+        return ("x.grad is right where the grader does not pause, and wrong where its pause between the passes draws "
+                "the upstream gradient: your ranks computed or summed x.grad before that pause was answered")
+    return None
+
+
 def parallelize_module(student, reference):
     if any(r.get("forbidden") is True for r in _ranks(student)):
         return "a rank used torch's tensor parallelism (parallelize_module, DTensor)"
@@ -285,6 +305,12 @@ MISTAKES = [
             "which is what tensor parallelism splits.",
             "Compute with your own shards only: f before fc1 (all-reduce of x's gradient), g after fc2 (all-reduce of "
             "the partial outputs).", gathers_the_weights),
+    Mistake("answers_gates_in_advance", "Your code stops at the grader's pause between the passes itself, at a "
+            "moment of its choosing, or computes x's gradient before backward().",
+            "The pause splits the forward's bytes from the backward's, and its answer draws the upstream gradient: an "
+            "input gradient summed before it is the wrong one.",
+            "Never call the grader's gates yourself; sum x.grad in f's backward, which runs in backward().",
+            answers_gates_in_advance),
     Mistake("returns_this_ranks_partial_output", "You return this rank's partial output without the all-reduce (g).",
             "Each rank's product covers only its hidden units: the output is the sum over ranks.",
             "All-reduce (sum) the partial outputs in g's forward.", returns_this_ranks_partial_output),
@@ -307,7 +333,9 @@ MISTAKES = [
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
 LOCATE = Locate(names={"output": "the output", "x_grad": "x's gradient", "shards": "{}", "value": "(value)",
                        "grad": "(gradient)"},
-                ignore=("forward", "backward", "forbidden"),
+                # the traffic scenario's x.grad is taken under the launcher's secret seed at its gate, another in
+                # every run: its truth is the launcher's recomputation (checks.fingerprint_problem), not the reference's
+                ignore=("forward", "backward", "forbidden", SEEDED_X_GRAD),
                 factors=lambda case: {"world_size": case["world_size"]},
                 rows={"output": lambda case: (case["batch"], case["d_out"], "row of the batch"),
                       "x_grad": lambda case: (case["batch"], case["d_in"], "row of the batch")})

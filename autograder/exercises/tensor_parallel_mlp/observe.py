@@ -5,10 +5,11 @@ from torch import nn
 
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
+from ..beside.gating import in_launcher, step_seed
 from ..beside.meter import StopAllAtGates
 from ..beside.observing import collective_counts, float32_data, sketch, tensor_data
-from ..beside.ranks import ask_gate, observe_on_ranks, student_call
-from .cases import FINGERPRINT_ROWS, cases
+from ..beside.ranks import ask_gate, digest, observe_on_ranks, student_call
+from .cases import FINGERPRINT_ROWS, SEEDED_X_GRAD, cases
 
 
 def make_problem(case: dict, rank: int | None = None):
@@ -93,12 +94,23 @@ def checked_output(y, case: dict):
     return y
 
 
+def upstream_after_gate(case: dict, answer: float | None, upstream: torch.Tensor) -> torch.Tensor:
+    """dL/dy for the backward pass: drawn from the launcher's answer at the gate between the passes (one seed for
+    every rank, ``gating.step_seed``), so no rank can compute its backward, or x.grad's sum, before that gate; the
+    scenario's own ``upstream`` where there is no gate."""
+    if answer is None:
+        return upstream
+    return torch.randn(upstream.shape, generator=torch.Generator().manual_seed(step_seed(case["seed"], answer)))
+
+
 def tensor_parallel_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     """One rank: build the student's module from this rank's layers, one forward and one backward, counted.
 
     Between the two passes the rank stops at a gate (in the traffic scenario; elsewhere ``ask_gate`` returns at
-    once) until every rank is there; the launcher reads the bytes sent on the loopback so far: those of the forward
-    pass (and of the process group's start). The gate is the grader's own, between the passes, so its answer is not needed."""
+    once) until every rank is there, with a digest of the whole output (which no rank computes without its peers:
+    the layers are poisoned); the launcher reads the bytes sent on the loopback so far: those of the forward pass
+    (and of the process group's start). The gate's answer draws the backward's upstream gradient
+    (``upstream_after_gate``): x.grad's sum can only travel after it, in what the launcher counts as the backward."""
     from torch.profiler import ProfilerActivity, profile
 
     fc1, fc2, x, upstream = make_problem(case, rank)
@@ -109,13 +121,15 @@ def tensor_parallel_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     if uses_dtensor(module, y):
         return {"forbidden": True}
     y = student_call(checked_output, y, case)
-    ask_gate("between forward and backward", y.detach()[:FINGERPRINT_ROWS])
+    upstream = upstream_after_gate(case, ask_gate("between forward and backward", y.detach()), upstream)
     with profile(activities=[ProfilerActivity.CPU]) as backward_prof:
         student_call((y * upstream).sum().backward)
     if case["measure_traffic"]:  # large: a fingerprint of the results, their sketches, and the counts (feedback)
+        # x.grad under the gate's upstream gradient: its own key, which the localiser leaves out (another seed in
+        # every run, so never comparable with the reference's; the launcher's recomputation is its truth)
         return {"output": float32_data(y[:FINGERPRINT_ROWS]),
-                "x_grad": None if x.grad is None else float32_data(x.grad[:FINGERPRINT_ROWS]),
-                "sketch": {"output": sketch(y, case["seed"]), "x_grad": None if x.grad is None else
+                SEEDED_X_GRAD: None if x.grad is None else float32_data(x.grad[:FINGERPRINT_ROWS]),
+                "sketch": {"output": sketch(y, case["seed"]), SEEDED_X_GRAD: None if x.grad is None else
                            sketch(x.grad, case["seed"])},
                 "forward": collective_counts(forward_prof), "backward": collective_counts(backward_prof)}
     shards = find_shards(module, case)
@@ -126,8 +140,30 @@ def tensor_parallel_rank(rank: int, world_size: int, cls, case: dict) -> dict:
             "forward": collective_counts(forward_prof), "backward": collective_counts(backward_prof)}
 
 
+def expected_passes(case: dict):
+    """The launcher's recomputation (meter.GatePolicy.expect): the single-process MLP's output digest, which each
+    rank reports at its one gate, and x.grad's first rows and sketch under the upstream gradient the gate's seed drew
+    (the same for every rank), which the backward's evidence is compared with."""
+    def expect(seeds: list[list[int]]) -> dict:
+        fc1, fc2, x, upstream = make_problem(case)
+        x.requires_grad_(True)
+        y = fc2(nn.functional.gelu(fc1(x)))
+        answered = {tuple(s) for s in seeds if s}
+        grads = {}
+        for rank_seeds in answered:  # shared: one seed for every rank, so one backward serves them all
+            (g,) = torch.autograd.grad((y * upstream_after_gate(case, rank_seeds[0], upstream)).sum(), x,
+                                       retain_graph=True)
+            grads[rank_seeds] = {"rows": float32_data(g[:FINGERPRINT_ROWS]), "sketch": sketch(g, case["seed"])}
+        return {"digests": [[digest(y.detach())] for _ in seeds],
+                "x_grad": [grads.get(tuple(s)) for s in seeds]}
+    return in_launcher(expect)
+
+
 def gates_of(case: dict):
-    return StopAllAtGates(case["world_size"]) if case["measure_traffic"] else None
+    """The traffic scenario: one gate between the passes, every rank held until all are there, one seed for all."""
+    if not case["measure_traffic"]:
+        return None
+    return StopAllAtGates(case["world_size"], gates=1, expect=expected_passes(case), shared=True)
 
 
 def observe(fn, *, salt: int = 0) -> dict:
@@ -135,14 +171,13 @@ def observe(fn, *, salt: int = 0) -> dict:
 
 
 def traffic_truth(case: dict) -> dict:
-    """The traffic scenario's fingerprint from the single-process MLP: the first rows of y and of x.grad, and
-    sketches of all of them."""
-    fc1, fc2, x, upstream = make_problem(case)
-    x.requires_grad_(True)
-    y = fc2(nn.functional.gelu(fc1(x)))
-    (y * upstream).sum().backward()
-    return {"output": float32_data(y[:FINGERPRINT_ROWS]), "x_grad": float32_data(x.grad[:FINGERPRINT_ROWS]),
-            "sketch": {"output": sketch(y, case["seed"]), "x_grad": sketch(x.grad, case["seed"])}}
+    """The traffic scenario's output fingerprint from the single-process MLP: its first rows and a sketch of all of
+    them. x.grad's depends on the launcher's seed at the gate: each observation's meter carries its own
+    (``expected_passes``)."""
+    fc1, fc2, x, _ = make_problem(case)
+    with torch.no_grad():
+        y = fc2(nn.functional.gelu(fc1(x)))
+    return {"output": float32_data(y[:FINGERPRINT_ROWS]), "sketch": {"output": sketch(y, case["seed"])}}
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
