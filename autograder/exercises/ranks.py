@@ -332,8 +332,9 @@ def _launch(target, world_size: int, calls: list[tuple], *, timeout: float, grou
     failed_call = min(failed_call, len(calls) - 1)
     answered = min([len(r.answers) for r in ranks] + [len(calls), *([failed_call] if failure else [])])
     found = [{"ranks": [r.answers[i]["ok"] for r in ranks], "meter": measured} for i in range(answered)]
-    if failure and answered == failed_call:  # else a rank had not answered the calls before it yet: run them again
-        found.append({"error": failure, **_blamed(ranks, failure)})
+    if failure:  # "late": some rank had not answered the calls before the failed one yet
+        found.append({"error": failure, **_blamed(ranks, failure)} if answered == failed_call else
+                     {"error": failure, "late": True})
     return found
 
 
@@ -526,15 +527,18 @@ def observe_on_ranks(salt: int, cases: dict[str, dict], target, fn, *, timeout: 
 def in_launches(launch, calls: list[tuple]) -> list[dict]:
     """A result for each call, from as few launches as failures allow: ``launch(calls)`` runs calls one after another
     in the same processes and returns the results up to the first that failed (``run_in_one_launch``). A failure
-    counts only where it happened first in its launch (as in a process of its own); otherwise that call and the rest
-    run again from a fresh launch."""
+    counts only where it happened first in its launch (as in a process of its own); the calls answered before it in
+    that launch run again in one that ends as it should (the failed launch's meter misses what its killed ranks
+    used), and the failed call then runs at the head of a launch of its own."""
     results: list[dict] = []
+    limit = len(calls)
     while len(results) < len(calls):
-        pending = calls[len(results):]
-        found = launch(pending) or launch(pending[:1])  # none answered: the first alone always has its result
-        if "error" in found[-1] and len(found) > 1:
-            found = found[:-1]  # failed after others in the same ranks: it runs again at the head of a launch
+        found = launch(calls[len(results):len(results) + limit])
+        if "error" in found[-1] and (len(found) > 1 or found[-1].get("late")):
+            limit = max(1, len(found) - 1)
+            continue
         results.extend(found)
+        limit = len(calls)
     return results
 
 
