@@ -40,6 +40,10 @@ from .scheduling import protect_from_rescheduling
 RESULT_LIMIT = 3 << 20       # bytes of observation a task may send back (the grader reads lines of 4 MiB)
 OUTPUT_SHOWN = 1500          # characters of a task's printed output kept for feedback
 OUTPUT_FILE = "task-output.txt"  # in the worker's own working directory
+# What the lessons' setup cells import that neither torch nor the observers do: every rank would import it again
+# after its fork (torch.distributed.checkpoint, about 50 ms of CPU per rank of Lesson 9's exercises) otherwise.
+PRELOADED = ("torch._dynamo", "torch.distributed.checkpoint", "torch.distributed.checkpoint.state_dict",
+             "coursekit.failures", "coursekit.kernels", "triton.runtime.interpreter")
 
 
 def _not_dumpable():
@@ -48,6 +52,17 @@ def _not_dumpable():
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def preload() -> None:
+    """Import once here what every task or rank would otherwise import after its fork (``PRELOADED``; dynamo, which
+    creating any torch.optim optimizer pulls in, costs seconds per task). A module this machine lacks (triton), or
+    that a stub bound over a forbidden library stops, is left to the cell that imports it, as before."""
+    for name in PRELOADED:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001  missing, or switched off in this sandbox: the cells say so themselves
+            pass
 
 
 def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd: int) -> None:
@@ -248,11 +263,9 @@ def main() -> None:
     # list to remove between two students' jobs (it has no mqueue file system). Nothing the course uses needs one.
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
     torch.set_num_threads(1)  # forked children (and their ranks) must not inherit a busy OpenMP pool
-    # Import once here what every task would otherwise import after its fork: the exercises' observers, and
-    # torch._dynamo, which creating any torch.optim optimizer pulls in (seconds per task otherwise).
-    for exercise in all_exercises().values():
+    for exercise in all_exercises().values():  # imported once here, not after each task's fork
         observer_of(exercise)
-    importlib.import_module("torch._dynamo")
+    preload()
     collapse_anonymous_memory()  # every task and rank is forked from here: forks and exits cost far less then
     _not_dumpable()
     results = os.fdopen(args.results_fd, "w", buffering=1)
