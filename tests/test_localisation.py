@@ -253,7 +253,8 @@ def test_a_crash_names_what_the_raising_scenarios_have_in_common():
 
 
 # Their fingerprints match a catalogued mistake, but what that mistake needs to be right is not (Mistake.requires):
-# the cause is only a possibility, below the localisation, never the confident heading.
+# its own signature does not fit, so it is named nowhere, not even as a possibility (issue 36: a ring that forgets to
+# rescale was told "consistent with ... you average the partial outputs", which points the wrong way).
 DEMOTED = {"flash_dq_negated": "l_saved_as_max_only", "amp_no_backward": "loss_not_scaled",
            "bucketed_reduce_max": "launches_bucket_at_its_first_gradient",
            "ring_forgets_to_rescale": "partial_outputs_averaged"}
@@ -261,12 +262,13 @@ DEMOTED = {"flash_dq_negated": "l_saved_as_max_only", "amp_no_backward": "loss_n
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if len(UNCATALOGUED[n]) > 3 else [])
                                   for n in DEMOTED])
-def test_a_cause_whose_needs_are_not_met_is_only_consistent(name):
+def test_a_cause_whose_needs_are_not_met_is_not_named(name):
     exercise, source = UNCATALOGUED[name][:2]
     results, diagnosis = diagnosed(exercise, source)
-    assert diagnosis.kind == "consistent" and [c.id for c in diagnosis.causes] == [DEMOTED[name]]
+    assert diagnosis.kind == "unknown" and not diagnosis.causes, diagnosis
     report = format_report(exercise, results, diagnosis)
-    assert "Most likely cause" not in report and report.splitlines()[1].strip().startswith("Consistent with"), report
+    assert "Consistent with" not in report and DEMOTED[name] not in report, report
+    assert report.splitlines()[1].strip().startswith("Where your results go wrong"), report
 
 
 def test_every_renderer_leads_with_the_localisation_and_withholds_the_advice_it_explains():

@@ -12,7 +12,7 @@ shifted by one, transposed) or "off by about 30 %".
 """
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from numbers import Real
 
 RTOL = 1e-3                     # a value is right within this fraction of its largest magnitude (the checks: 1e-4..)
@@ -50,6 +50,9 @@ class Locate:
     # wrong part is said by rows ("wrong from query row 17 on"): an online softmax's merge goes wrong at a tile;
     # rows 0: as many as the result holds (a rank's own token count)
     rows: dict[str, Callable[[dict], tuple[int, int, str]]] = field(default_factory=dict)
+    # (parsed student, reference) -> a sentence of what the observation rules in or out where a relation spans
+    # scenarios, ranks or results (the chunks a rank merges, the gradient at fc2's bias), or "": said with deduce's
+    narrow: Callable[[dict, dict], str] = lambda student, reference: ""
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,16 @@ def localise(spec: Locate, student: dict, reference: dict) -> Localisation:
             else:
                 findings.append(Finding(name, key, _where(spec, path), *verdict, order=_order(spec, path),
                                         size=_size(want, have)))
-    return _summarise(spec, reference, findings, right, errors, right_at, seen_right, right_in)
+    found = _summarise(spec, reference, findings, right, errors, right_at, seen_right, right_in)
+    if not findings:
+        return found
+    try:
+        narrowed = spec.narrow(student, reference)
+    except Exception:  # a rule that cannot read this observation says nothing
+        narrowed = ""
+    if not isinstance(narrowed, str) or not narrowed:
+        return found
+    return replace(found, deduced=f"{found.deduced} {narrowed}".strip())
 
 
 def _moved(spec: Locate, path: tuple, want, have, wants: dict, rtol: float) -> tuple[str, str] | None:
@@ -284,6 +296,17 @@ def _entry(have: list, want: list, at: int, word: str) -> str:
     return f": at {word.format(i=j, n=j + 1)} (of {len(want[at])}) yours holds {held}{more}"
 
 
+def _same_rows(have: list, want: _Whole) -> tuple[str, str] | None:
+    """Every item (row) of the student's table is one and the same where the right ones differ: what one list object
+    reused for every row gives (``[[None] * p] * n``), each row then holding what was written last anywhere."""
+    if len(have) < 2 or not isinstance(have[0], list) or any(h != have[0] for h in have[1:]) \
+            or all(w == want.items[0] for w in want.items[1:]):
+        return None
+    head = want.word.split(" {")[0] if "{" in want.word else want.word
+    return (f"every {head}'s row is the same (one row, repeated), as when one list object is "
+            "reused for every row ([row] * n): a write to one row is a write to all", "every row the same")
+
+
 def _safe_rows(spec: Locate, path: tuple, case: dict, want) -> tuple[int, int, str] | None:
     """The declared row shape of the result at ``path``, when its length fits it (else None: element words)."""
     key = next((k for k in reversed(path) if isinstance(k, str)), None)
@@ -378,6 +401,9 @@ def _compare(want, have, before, factors, rtol, rows=None) -> tuple[str, str] | 
             return "missing", "missing"
         if have == want.items:
             return None
+        same = _same_rows(have, want)
+        if same:
+            return same
         first = next((i for i, (h, w) in enumerate(zip(have, want.items)) if h != w), min(len(have), len(want.items)))
         at = want.word.format(i=first, n=first + 1) if "{" in want.word else f"{want.word} {first + 1}"
         return f"differs from {at} on{_entry(have, want.items, first, want.entry)}", f"differs at {at}"

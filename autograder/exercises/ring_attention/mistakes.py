@@ -267,7 +267,37 @@ MISTAKES = [
 ]
 
 
+def merged_chunks(student, reference) -> str:
+    """Where an online-softmax merge goes wrong, by how many chunks a rank merges: with a causal mask rank r merges
+    r + 1 chunks (rank 0 only its own), without one every rank merges N. Right wherever a rank merges one chunk and
+    wrong wherever it merges more: one chunk's attention is right, and the error comes in with the second chunk."""
+    one, more = set(), set()
+    for key in reference["full"]:
+        case = reference["scenarios"][key]["case"]
+        if case.get("measure_memory"):
+            continue
+        for rank, ok in enumerate(_right(student, reference, key)):
+            (one if case["is_causal"] and rank == 0 else more).add(ok)
+    if one == {False} and more == {False} and all(
+            not any(_ranks(student, key)[0]["output"]) for key in reference["full"]
+            if reference["scenarios"][key]["case"]["is_causal"]):
+        return ("Even a rank that attends to its own chunk only (rank 0 with is_causal=True) returns zeros, and every "
+                "rank is wrong: the first block merged into the (empty) running output contributes nothing, so the "
+                "merge weighs the new block wrongly.")
+    if one != {True} or more != {False}:
+        return ""
+    same = all(_sent(student, key, r) == reference["scenarios"][key]["ranks"][r]["sends"]
+               for key in reference["full"] for r in range(len(reference["full"][key])))
+    return ("Every rank that attends to its own chunk only (rank 0 with is_causal=True) is right: one chunk's "
+            "attention (the scale, the mask on the diagonal tile, its softmax) is right. Every rank that merges two or "
+            "more chunks is wrong, with or without the mask: the error comes in when the second chunk is merged into "
+            "the running output (from the second ring step on), in how the running output and log-sum-exp are "
+            "rescaled and combined" + (", not in what travels: your ranks sent the reference's messages (the same "
+                                       "peers and sizes)." if same else ", or in the chunk a rank received."))
+
+
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
-LOCATE = Locate(names={"output": "the output"}, ignore=("sends", "recvs", "collectives", "forbidden"),
+LOCATE = Locate(names={"output": "the output"}, narrow=merged_chunks,
+                ignore=("sends", "recvs", "collectives", "forbidden"),
                 factors=lambda case: {"world_size": case["world_size"], "√d": math.sqrt(case["d"])},
                 rows={"output": lambda case: (case["chunk"], case["d"], "query row of the rank's chunk")})
