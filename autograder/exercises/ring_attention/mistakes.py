@@ -290,10 +290,12 @@ def merged_chunks(student, reference) -> str:
                for key in reference["full"] for r in range(len(reference["full"][key])))
     return ("Every rank that attends to its own chunk only (rank 0 with is_causal=True) is right: one chunk's "
             "attention (the scale, the mask on the diagonal tile, its softmax) is right. Every rank that merges two or "
-            "more chunks is wrong, with or without the mask: the error comes in when the second chunk is merged into "
-            "the running output (from the second ring step on), in how the running output and log-sum-exp are "
-            "rescaled and combined" + (", not in what travels: your ranks sent the reference's messages (the same "
-                                       "peers and sizes)." if same else ", or in the chunk a rank received."))
+            "more chunks is wrong, with or without the mask: the error comes in with the second chunk (from the "
+            "second ring step on), " + (
+                "in how it is merged into the running output (how the running output and log-sum-exp are rescaled "
+                "and combined), not in what travels: your ranks sent the reference's messages (the same peers and "
+                "sizes)." if same else "in the chunks your ranks pass around (their messages differ from the "
+                "reference's) or in how they are merged into the running output."))
 
 
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
