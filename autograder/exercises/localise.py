@@ -297,9 +297,11 @@ def _entry(have: list, want: list, at: int, word: str) -> str:
 
 
 def _same_rows(have: list, want: _Whole) -> tuple[str, str] | None:
-    """Every item (row) of the student's table is one and the same where the right ones differ: what one list object
-    reused for every row gives (``[[None] * p] * n``), each row then holding what was written last anywhere."""
-    if len(have) < 2 or not isinstance(have[0], list) or any(h != have[0] for h in have[1:]) \
+    """Every item (row) of the student's table is one and the same, and holds something, where the right ones differ:
+    what one list object reused for every row gives (``[[None] * p] * n``), each row holding what was written last
+    anywhere (empty rows everywhere are a table nothing was written to, not this)."""
+    if len(have) < 2 or not isinstance(have[0], list) or all(e is None for e in have[0]) \
+            or any(h != have[0] for h in have[1:]) \
             or all(w == want.items[0] for w in want.items[1:]):
         return None
     head = want.word.split(" {")[0] if "{" in want.word else want.word
