@@ -151,6 +151,10 @@ CRASHES = {  # name: (exercise, cell, phrases)
                                          "Right where it ran without raising: "]),
     "amp_unscales_twice": ("train_amp", amp._variant(clip=amp._CLIP + "; scaler.unscale_(optimizer)"),
                            ["raised RuntimeError", "only when dtype is not bfloat16"]),
+    # results the parser could not take (every fp16 step skipped: no update) are no exception: said as what came back
+    "amp_scales_the_loss_twice": ("train_amp", amp._variant(backward="scaler.scale(scaler.scale(loss)).backward()"),
+                                  ["Your function returned results shaped otherwise than the reference's",
+                                   "only when dtype is not bfloat16"]),
 }
 # A result off in a pattern the checks' words do not name: where, and which part.
 PATTERNS = {  # name: (exercise, cell, phrases)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from numbers import Real
 
+from .reading import DIFFERENT, MALFORMED, MISSING
+
 RTOL = 1e-3                     # a value is right within this fraction of its largest magnitude (the checks: 1e-4..)
 FIT = 2e-3                      # a factor or pattern fits when the rest is within this fraction
 SKIP = ("case", "truth", "meter", "error", "not_done")  # never results: the inputs, the ground truth, outside measurements
@@ -594,7 +596,7 @@ def _summarise(spec, reference, findings, right, errors, right_at=None, seen_rig
     wrong = [w for _, w in sorted(wrong, key=lambda x: x[0])]  # a named factor or pattern says most: first
     shorts = [w for _, w in sorted(shorts, key=lambda x: x[0])]
     raised = ("" if not errors else f"stopped ({errors[0][3]})" if errors[0][3] in STOPPED
-              else f"raised {errors[0][3].split(':', 1)[0][:40]}")
+              else _not_raised(errors[0][3])[1] or f"raised {errors[0][3].split(':', 1)[0][:40]}")
     short = "; ".join(([raised] if raised else []) + shorts[:3 - bool(raised)])
     places = tuple(sorted({f"{f.quantity} @ {f.scenario}" for f in everything}))
     # a direction the calibration compares only where a ratio fits (a scale is systematic; a plain difference's
@@ -745,9 +747,10 @@ def _crashed(reference: dict, errors: list[tuple[str, str, str, str]]) -> str:
     first = error.strip().split(".  ")[0].split("\n")[0][:160].rstrip(".")
     raised = list(dict.fromkeys(e[0] for e in errors))
     ran = [k for k in scenarios if k not in raised]
-    line = (f"Your function raised {first}" if first not in STOPPED else f"Nothing raised, but {STOPPED[first]},") \
+    returned = _not_raised(first)[0]
+    line = (returned or (f"Your function raised {first}" if first not in STOPPED else f"Nothing raised, but {STOPPED[first]},")) \
         + f" when {_scenario(reference, key)}" + (f" (on {where})" if where else "")
-    lines, verb = {e[2] for e in errors}, "raised" if first not in STOPPED else "happened"
+    lines, verb = {e[2] for e in errors}, "raised" if first not in STOPPED and not returned else "happened"
     if at:
         line += f", at {at}" if len(lines) == 1 else f", first at {at}"
     others = sorted({e[3].strip().split(":", 1)[0][:40] for e in errors} - {first.split(":", 1)[0]})
@@ -759,7 +762,8 @@ def _crashed(reference: dict, errors: list[tuple[str, str, str, str]]) -> str:
         common = _in_common(scenarios, raised, ran) if not same_place else ""
         line += (f"; it {verb} in {len(raised)} of {len(scenarios)} scenarios{same_place}"
                  + (f", only {common}" if common else "")
-                 + f"; it ran without {'raising' if verb == 'raised' else 'it'} when {_scenario(reference, ran[0])}"
+                 + f"; it ran without {'raising' if verb == 'raised' else 'it' if not returned else 'that'} when "
+                 f"{_scenario(reference, ran[0])}"
                  + (f" and in {len(ran) - 1} more" if len(ran) > 1 else ""))
     wheres = sorted({e[1] for e in errors if e[1]}, key=_place_key)
     if len(wheres) > 1 and verb == "raised":  # which rank a deadlock or an abort reached first is timing, not code
@@ -767,6 +771,19 @@ def _crashed(reference: dict, errors: list[tuple[str, str, str, str]]) -> str:
         if all(e[1].startswith("rank ") for e in errors) and "rank 0" not in wheres:
             line += ", never on rank 0"
     return line + (f" (elsewhere also {', '.join(others)})" if others else "") + "."
+
+
+def _not_raised(error: str) -> tuple[str, str]:
+    """A scenario's error that is no exception (parse.py's words for results it could not take): the crash line's
+    start and the short form, in what the function did; ("", "") for an exception."""
+    if error.startswith(DIFFERENT):
+        return (f"Your function returned results shaped otherwise than the reference's "
+                f"({error.removeprefix(DIFFERENT)[:120]})", "returned another shape")
+    if error.startswith(MALFORMED):
+        return f"Your function's results could not be read ({error.removeprefix(MALFORMED)[:120]})", "unreadable results"
+    if error == MISSING:
+        return "Your function gave no result", "no result"
+    return "", ""
 
 
 def _in_common(scenarios: dict, raised: list[str], ran: list[str]) -> str:
