@@ -132,6 +132,10 @@ _SO_SHARE = '            for p in group["params"]:\n                dist.broadca
 LOOSE_MATCHES["sharded_last_parameter_never_shared"] = (
     "ShardedOptimizer", so._greedy().replace(_SO_SHARE, _SO_SHARE.replace('group["params"]', 'group["params"][:-1]')),
     True)
+# The ranks a local-positions mask gets wrong, for another reason: the diagonal tile left unmasked (its last query
+# row stays right, which a mask on local positions never leaves right: Mistake.requires).
+LOOSE_MATCHES["ring_diagonal_tile_unmasked"] = (
+    "ring_attention", ring._ring(future="(k_pos[None, :] > q_pos[:, None]) & (source != rank)"), True)
 # A bug whose every observable effect is a catalogued mistake's: its cause, worded to cover both.
 SAME_EFFECT = {  # name: (exercise, cell, the cause)
     "zero_swaps_weight_and_gradient_bytes": ("zero_memory_per_rank", _ZERO.replace(

@@ -132,6 +132,17 @@ def causal_mask_on_local_positions(student, reference):
     return None
 
 
+def later_chunks_seen_from_the_last_row(student, reference) -> bool:
+    """With a causal mask, rank 0's last query row of its chunk is wrong: a mask on local positions lets it see every
+    key of the next rank's chunk. A mask that only leaves the diagonal tile unmasked keeps that row right (it sees
+    its whole chunk either way): the same ranks come out wrong, for another reason."""
+    case = reference["scenarios"]["two_ranks_causal"]["case"]
+    have, want = _ranks(student, "two_ranks_causal")[0]["output"], reference["full"]["two_ranks_causal"][0]
+    row = case["chunk"] * case["d"]
+    lasts = [slice(start + row - case["d"], start + row) for start in range(0, len(want), row)]
+    return any(not close(have[at], want[at], atol=ATOL) for at in lasts)
+
+
 def chunk_offsets_wrong(student, reference):
     causal3 = _right(student, reference, "three_ranks_causal")
     if all(_right(student, reference, "two_ranks_causal")) and not all(causal3) and _ring_as_reference(
@@ -233,7 +244,7 @@ MISTAKES = [
     Mistake("causal_mask_on_local_positions", "You build the causal mask from positions inside the chunks.",
             "Causality is about global positions: a chunk of a lower rank is fully visible, a higher one not at all.",
             "Mask with the global positions: chunk offset + index, for queries and keys.",
-            causal_mask_on_local_positions),
+            causal_mask_on_local_positions, requires=later_chunks_seen_from_the_last_row),
     Mistake("chunk_offsets_wrong", "You compute the global offset of the K/V chunk you hold wrongly.",
             "At step t rank r holds the chunk of rank (r − t) mod N, whose keys start at that rank's offset.",
             "Use ((r − t) % N) × chunk as the keys' offset.", chunk_offsets_wrong),
