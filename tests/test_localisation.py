@@ -136,6 +136,9 @@ LOOSE_MATCHES["sharded_last_parameter_never_shared"] = (
 # row stays right, which a mask on local positions never leaves right: Mistake.requires).
 LOOSE_MATCHES["ring_diagonal_tile_unmasked"] = (
     "ring_attention", ring._ring(future="(k_pos[None, :] > q_pos[:, None]) & (source != rank)"), True)
+# Divides by the number of buckets: the sum, where there is one bucket; not where there are several.
+LOOSE_MATCHES["bucketed_divides_by_the_bucket_count"] = (
+    "BucketedDDP", ddp._mutate(("flat /= dist.get_world_size()", "flat /= len(self.buckets)")), True)
 # A bug whose every observable effect is a catalogued mistake's: its cause, worded to cover both.
 SAME_EFFECT = {  # name: (exercise, cell, the cause)
     "zero_swaps_weight_and_gradient_bytes": ("zero_memory_per_rank", _ZERO.replace(
