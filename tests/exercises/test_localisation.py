@@ -132,6 +132,13 @@ _SO_SHARE = '            for p in group["params"]:\n                dist.broadca
 LOOSE_MATCHES["sharded_last_parameter_never_shared"] = (
     "ShardedOptimizer", so._greedy().replace(_SO_SHARE, _SO_SHARE.replace('group["params"]', 'group["params"][:-1]')),
     True)
+# The ranks a local-positions mask gets wrong, for another reason: the diagonal tile left unmasked (its last query
+# row stays right, which a mask on local positions never leaves right: Mistake.requires).
+LOOSE_MATCHES["ring_diagonal_tile_unmasked"] = (
+    "ring_attention", ring._ring(future="(k_pos[None, :] > q_pos[:, None]) & (source != rank)"), True)
+# Divides by the number of buckets: the sum, where there is one bucket; not where there are several.
+LOOSE_MATCHES["bucketed_divides_by_the_bucket_count"] = (
+    "BucketedDDP", ddp._mutate(("flat /= dist.get_world_size()", "flat /= len(self.buckets)")), True)
 # A bug whose every observable effect is a catalogued mistake's: its cause, worded to cover both.
 SAME_EFFECT = {  # name: (exercise, cell, the cause)
     "zero_swaps_weight_and_gradient_bytes": ("zero_memory_per_rank", _ZERO.replace(
@@ -151,6 +158,10 @@ CRASHES = {  # name: (exercise, cell, phrases)
                                          "Right where it ran without raising: "]),
     "amp_unscales_twice": ("train_amp", amp._variant(clip=amp._CLIP + "; scaler.unscale_(optimizer)"),
                            ["raised RuntimeError", "only when dtype is not bfloat16"]),
+    # results the parser could not take (every fp16 step skipped: no update) are no exception: said as what came back
+    "amp_scales_the_loss_twice": ("train_amp", amp._variant(backward="scaler.scale(scaler.scale(loss)).backward()"),
+                                  ["Your function returned results shaped otherwise than the reference's",
+                                   "only when dtype is not bfloat16"]),
 }
 # A result off in a pattern the checks' words do not name: where, and which part.
 PATTERNS = {  # name: (exercise, cell, phrases)
@@ -253,7 +264,8 @@ def test_a_crash_names_what_the_raising_scenarios_have_in_common():
 
 
 # Their fingerprints match a catalogued mistake, but what that mistake needs to be right is not (Mistake.requires):
-# the cause is only a possibility, below the localisation, never the confident heading.
+# its own signature does not fit, so it is named nowhere, not even as a possibility (issue 36: a ring that forgets to
+# rescale was told "consistent with ... you average the partial outputs", which points the wrong way).
 DEMOTED = {"flash_dq_negated": "l_saved_as_max_only", "amp_no_backward": "loss_not_scaled",
            "bucketed_reduce_max": "launches_bucket_at_its_first_gradient",
            "ring_forgets_to_rescale": "partial_outputs_averaged"}
@@ -261,12 +273,13 @@ DEMOTED = {"flash_dq_negated": "l_saved_as_max_only", "amp_no_backward": "loss_n
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if len(UNCATALOGUED[n]) > 3 else [])
                                   for n in DEMOTED])
-def test_a_cause_whose_needs_are_not_met_is_only_consistent(name):
+def test_a_cause_whose_needs_are_not_met_is_not_named(name):
     exercise, source = UNCATALOGUED[name][:2]
     results, diagnosis = diagnosed(exercise, source)
-    assert diagnosis.kind == "consistent" and [c.id for c in diagnosis.causes] == [DEMOTED[name]]
+    assert diagnosis.kind == "unknown" and not diagnosis.causes, diagnosis
     report = format_report(exercise, results, diagnosis)
-    assert "Most likely cause" not in report and report.splitlines()[1].strip().startswith("Consistent with"), report
+    assert "Consistent with" not in report and DEMOTED[name] not in report, report
+    assert report.splitlines()[1].strip().startswith("Where your results go wrong"), report
 
 
 def test_every_renderer_leads_with_the_localisation_and_withholds_the_advice_it_explains():
@@ -522,3 +535,56 @@ def test_a_deadlock_says_no_set_of_ranks_that_timing_chose():
     assert not any("never on rank" in words or "rank 1, rank 2" in words for words in hung), hung
     raised = _crashed(reference, [("a", "rank 1", "", "ValueError: no"), ("b", "rank 2", "", "ValueError: no")])
     assert "it raised on rank 1, rank 2, never on rank 0" in raised
+
+
+# ---- round 5 (issue 36's last kinds): what an exercise's observations rule out (Locate.narrow), an aliased table ---
+
+_MERGE = "out = out * (lse - new_lse).exp().unsqueeze(-1) + block_out * (block_lse - new_lse).exp().unsqueeze(-1)"
+_FSDP_SHARD = "self.shards[child_name] = nn.Parameter(flat.chunk(self.world_size)[self.rank].clone())"
+_GP_TABLE = "table = [[None] * p for _ in range(2 * (m + p - 1))]"
+NARROWED = {  # name: (exercise, cell, phrases, ranks: slow)
+    "gpipe_one_row_object_for_every_step": ("gpipe_schedule", gp._closed().replace(
+        _GP_TABLE, "row = [None] * p\n    table = [row for _ in range(2 * (m + p - 1))]"),
+        ["the schedule table: wrong", "every time step's row is the same"], False),
+    "tp_gelu_after_fc2_as_well": ("TensorParallelMLP", tp._variant(
+        "h = F.gelu(F.linear(F_.apply(x), self.w1, self.b1))\nreturn F.gelu(G_.apply(F.linear(h, self.w2)) + self.b2)"),
+        ["Every rank's output is GELU of the right output", "the output: wrong"], True),
+    "tp_relu_for_gelu": ("TensorParallelMLP", tp._variant(
+        "h = F.relu(F.linear(F_.apply(x), self.w1, self.b1))\nreturn G_.apply(F.linear(h, self.w2)) + self.b2"),
+        ["fc2.bias's gradient is right", "the hidden activation entering fc2"], True),
+    "moe_softmax_of_the_transposed_logits": ("ExpertParallelMoE", moe._moe().replace(
+        "probs = self.router(x).softmax(dim=-1)", "probs = self.router(x).t().softmax(dim=-1).t()"),
+        ["not softmax probabilities over the experts", "sum to 1 over the experts"], True),
+    "fsdp_first_shard_on_every_rank": ("MiniFSDP", fsdp._mistake((_FSDP_SHARD, _FSDP_SHARD.replace(
+        "flat.chunk(self.world_size)[self.rank]", "flat[:flat.numel() // self.world_size]"))),
+        ["Every rank holds the same shard, rank 0's"], True),
+    "ring_new_block_not_weighted": ("ring_attention", ring._ring().replace(
+        _MERGE, "out = out * (lse - new_lse).exp().unsqueeze(-1) + block_out"),
+        ["Every rank that merges two or more chunks is wrong", "one chunk's attention", "the reference's messages"],
+        True),
+    "ring_max_for_logaddexp": ("ring_attention", ring._ring().replace(
+        "new_lse = torch.logaddexp(lse, block_lse)", "new_lse = torch.maximum(lse, block_lse)"),
+        ["Every rank that merges two or more chunks is wrong", "a factor of its own"], True),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if e[3] else [], id=n)
+                                  for n, e in NARROWED.items()])
+def test_what_the_observations_rule_out(name):
+    exercise, source, phrases = NARROWED[name][:3]
+    results, diagnosis = diagnosed(exercise, source)
+    assert not all(r.passed for r in results)
+    assert diagnosis.kind == "unknown" and not diagnosis.causes, diagnosis  # no cause, not even a hedged one
+    located = " ".join(diagnosis.located)
+    for phrase in phrases:
+        assert phrase in located, (phrase, diagnosis.located)
+    assert phrases[0] in format_report(exercise, results, diagnosis)[:1500]  # where the student reads first
+
+
+def test_a_table_whose_rows_are_one_list_says_so():
+    spec = Locate(names={"t": "the table"}, whole={"t": "time step {i}"}, entries={"t": "stage {i}"})
+    want = [[["F", 0], None], [["F", 1], ["F", 0]], [None, ["F", 1]]]
+    line = localise(spec, _obs(t=[[["F", 1], ["F", 1]]] * 3), _obs(t=want)).wrong[0]
+    assert "every time step's row is the same" in line, line
+    other = localise(spec, _obs(t=[want[0], want[0], want[2]]), _obs(t=want)).wrong[0]
+    assert "row is the same" not in other and "differs from time step 1 on" in other, other

@@ -91,6 +91,13 @@ def sums_without_dividing(student, reference):
     return None
 
 
+def every_bucket_summed(student, reference) -> bool:
+    """With one bucket per parameter, and with small buckets, every gradient is N × the average too: a division by
+    anything else that is N only when there is one bucket (the number of buckets) is not this mistake."""
+    n = reference["scenarios"]["per_param"]["case"]["world_size"]
+    return all(f"{n}× the average gradient" in _problem(student, reference, key) for key in ("per_param", "mid"))
+
+
 def does_not_broadcast(student, reference):
     ranks = _ranks(student, "three_ranks")
     if _grads_right(student, reference, "one_bucket") and ranks[0]["after_init"] != ranks[1]["after_init"]:
@@ -175,7 +182,8 @@ MISTAKES = [
             "Copy each bucket's averaged slice back into its parameter's .grad.", zeroes_the_gradients,
             includes=EVERY),
     Mistake("sums_without_dividing", "You all-reduce the buckets but never divide by the world size.",
-            "all_reduce sums; DDP averages.", "Divide each bucket by the world size once.", sums_without_dividing),
+            "all_reduce sums; DDP averages.", "Divide each bucket by the world size once.", sums_without_dividing,
+            requires=every_bucket_summed),
     Mistake("does_not_broadcast", "You do not broadcast rank 0's parameters in __init__.",
             "Ranks that start from different weights then train different models.",
             "dist.broadcast every parameter (and buffer) from rank 0 in __init__.", does_not_broadcast),

@@ -171,7 +171,43 @@ MISTAKES = [
 
 
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
-LOCATE = Locate(names={"output": "the output", "x_grad": "x's gradient", "expert_grads": "the experts' gradients",
+def _gates(output: list, ungated: list, d: int) -> list[float | None]:
+    """Per token row, the factor g with output ≈ g × the expert's ungated output (the gate the row was multiplied
+    by), or None where no single factor fits (another expert's output, or none)."""
+    gates = []
+    for start in range(0, len(ungated), d):
+        have, want = output[start:start + d], ungated[start:start + d]
+        norm = sum(w * w for w in want)
+        g = sum(h * w for h, w in zip(have, want)) / norm if norm else None
+        fits = g is not None and all(abs(h - g * w) <= 1e-4 + 1e-3 * abs(h) for h, w in zip(have, want))
+        gates.append(g if fits else None)
+    return gates
+
+
+def gates_not_over_experts(student, reference) -> str:
+    """Gates a softmax over the experts cannot give: its largest entry is at least 1/E, and the exercise gates each
+    token by its expert's probability, the largest. Where a token row is its expert's output times a gate below
+    1/E, the router's softmax is not taken over the experts (for each expert, a rank's gates summing to at most 1
+    is what a softmax over the tokens gives)."""
+    small, seen, sums = 0, 0, []
+    for key, dense in reference["dense"].items():
+        case = reference["scenarios"][key]["case"]
+        for rank, record in enumerate(_ranks(student, key)):
+            gates = [g for g in _gates(record["output"], dense["ungated"][rank], case["d"]) if g is not None]
+            seen += len(gates)
+            small += sum(0 < g < 1 / case["experts"] - 1e-6 for g in gates)
+            sums.append(sum(gates))
+    if small < 2 or small < seen / 4:
+        return ""
+    return (f"The gates are not softmax probabilities over the experts: {small} of the {seen} token rows that hold "
+            "their expert's output are multiplied by a gate below 1/E (E experts), and a softmax over the experts "
+            "gives its largest entry at least 1/E. Each token's gate row must sum to 1 over the experts "
+            "(softmax over the last dimension); gates this small are what a softmax over the tokens gives (summing "
+            "to 1 over a rank's tokens).")
+
+
+LOCATE = Locate(narrow=gates_not_over_experts,
+                names={"output": "the output", "x_grad": "x's gradient", "expert_grads": "the experts' gradients",
                        "router_grad": "the router's gradient", "tokens_per_expert": "the tokens per expert"},
                 positions={"expert_grads": "local expert {n}"},
                 ignore=("forward", "backward", "forbidden", "unsorted", "ungated"),

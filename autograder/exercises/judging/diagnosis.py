@@ -15,8 +15,10 @@ saw, in words ("with accumulation_steps=2 the first step's gradient is 2 × the 
 * ``cause``: one or more catalogue mistakes whose fingerprints match, each with the failed checks it explains
   (their own advice is then withheld: it assumed they were the only failure); failed checks no cause explains keep
   their advice;
-* ``consistent``: fingerprints match, but what those mistakes need to be right is not (``Mistake.requires``): the
-  localisation leads, and the mistakes are named only as possibilities;
+* ``consistent``: fingerprints match and what those mistakes need to be right is (``Mistake.requires``), but some
+  failure is left unexplained: the localisation leads, and the mistakes are named only as possibilities, each only
+  where nothing the localisation shows contradicts it (``hedges``); a mistake whose needs are not met, or that the
+  localisation contradicts, is not named at all (its signs came from another bug);
 * ``unknown``: the failures do not match a known mistake; the localisation (``localise.py``) says which results
   are wrong, where and by how much, and the failed checks it does not explain speak for themselves.
 
@@ -50,8 +52,8 @@ class Mistake:
     # "forgets" each of the exercise's steps, but that is one mistake, not many
     includes: tuple[str, ...] = ()
     # what must be RIGHT for the mistake to fit, (parsed student, reference) -> bool: the fingerprint's signs can
-    # come from other mistakes too (which ranks come out right); when this fails or cannot be read, the cause is
-    # only "consistent with" the observation, never the confident heading
+    # come from other mistakes too (which ranks come out right); when this fails or cannot be read, the mistake is
+    # not named at all, not even as a possibility: the localisation speaks
     requires: Callable[[dict, dict], bool] | None = None
 
 
@@ -179,14 +181,31 @@ def diagnose(exercise: Exercise, student: dict, reference: dict, results: list[C
     kept = [(mistake, cause) for mistake, cause in matched if mistake.id not in included]
     if not kept:
         return Diagnosis("unknown", (), tuple(failed), lines, short)
-    record = known(exercise)
+    record, timed = known(exercise), bool(getattr(exercise, "ranks", False))
+    # what a mistake needs to be right is not (Mistake.requires): its own signature does not fit, so it is no cause,
+    # not even a possible one (a ring that forgets a rescale is not told it averages)
     fits = [cause for mistake, cause in kept if holds(mistake, parsed, reference)]
-    if not fits or not fits_completely(fits, record, failed, where, bool(getattr(exercise, "ranks", False))):
-        # the signs are there, but the evidence does not fit completely: something the mistake needs to be right
-        # is not, or a failure or wrong result the causes do not account for
-        return Diagnosis("consistent", tuple(cause for _, cause in kept), tuple(failed), lines, short)
+    if not fits:
+        return Diagnosis("unknown", (), tuple(failed), lines, short)
+    if not fits_completely(fits, record, failed, where, timed):
+        # the signs are there, but the evidence does not fit completely: a possibility only where nothing the
+        # localisation shows contradicts what the mistake does (only failures it does not explain are left over)
+        hedged = hedges(fits, record, where, timed)
+        if not hedged:
+            return Diagnosis("unknown", (), tuple(failed), lines, short)
+        return Diagnosis("consistent", hedged, tuple(failed), lines, short)
     fits.sort(key=lambda c: -len(c.explains))  # the most likely first: the one that explains the most
     return Diagnosis("cause", tuple(fits), (), lines, short)
+
+
+def hedges(causes: list[Cause], record: dict, where: Localisation | None, timed: bool) -> tuple[Cause, ...]:
+    """The causes that may be named as a possibility ("consistent with"): all of them when the localisation does not
+    contradict them together, else each one it does not contradict on its own; a cause without a record, or a
+    submission without a localisation, gives nothing to contradict."""
+    if where is None or not all(record.get(c.id) for c in causes) or not contradictions(
+            [record[c.id] for c in causes], where, timed):
+        return tuple(causes)
+    return tuple(c for c in causes if not contradictions([record[c.id]], where, timed))
 
 
 def fits_completely(causes: list[Cause], record: dict, failed: list[str], where: Localisation | None,

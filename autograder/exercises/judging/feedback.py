@@ -81,6 +81,9 @@ def _located(located: list[str], failed: list[CheckResult], diagnosis: Diagnosis
     wrong = _wrong_words(located)
     raised = next((line.split(" when ", 1)[0].removeprefix("Your function raised ")[:60] for line in located
                    if line.startswith("Your function raised")), None)
+    if raised is None:  # results shaped otherwise than the reference's: the checks quote the same words
+        raised = next((line.split(" (", 1)[1].split(") when ", 1)[0][:60] for line in located
+                       if line.startswith("Your function returned results") and " (" in line), None)
     if raised is None and any(line.startswith("Nothing raised, but") for line in located):  # localise.STOPPED
         raised = "(SIGABRT)" if any("(SIGABRT)" in line for line in located) else "the grader stopped them"
     explained = [r for r in failed if (wrong & _words(r.feedback)) or (raised and raised in (r.feedback or ""))]
@@ -112,6 +115,8 @@ def _label(line: str) -> tuple[str, str]:
         return "Raised", line
     if line.startswith("Nothing raised, but"):
         return "Stopped", line
+    if line.startswith(("Your function returned results", "Your function's results", "Your function gave no")):
+        return "Returned", line
     if line.startswith(DEDUCED):
         return "Narrowed down", line.removeprefix(DEDUCED)
     if line.startswith("Later values differ"):

@@ -12,8 +12,10 @@ shifted by one, transposed) or "off by about 30 %".
 """
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from numbers import Real
+
+from .checking import DIFFERENT, MALFORMED, MISSING
 
 RTOL = 1e-3                     # a value is right within this fraction of its largest magnitude (the checks: 1e-4..)
 FIT = 2e-3                      # a factor or pattern fits when the rest is within this fraction
@@ -50,6 +52,9 @@ class Locate:
     # wrong part is said by rows ("wrong from query row 17 on"): an online softmax's merge goes wrong at a tile;
     # rows 0: as many as the result holds (a rank's own token count)
     rows: dict[str, Callable[[dict], tuple[int, int, str]]] = field(default_factory=dict)
+    # (parsed student, reference) -> a sentence of what the observation rules in or out where a relation spans
+    # scenarios, ranks or results (the chunks a rank merges, the gradient at fc2's bias), or "": said with deduce's
+    narrow: Callable[[dict, dict], str] = lambda student, reference: ""
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,16 @@ def localise(spec: Locate, student: dict, reference: dict) -> Localisation:
             else:
                 findings.append(Finding(name, key, _where(spec, path), *verdict, order=_order(spec, path),
                                         size=_size(want, have)))
-    return _summarise(spec, reference, findings, right, errors, right_at, seen_right, right_in)
+    found = _summarise(spec, reference, findings, right, errors, right_at, seen_right, right_in)
+    if not findings:
+        return found
+    try:
+        narrowed = spec.narrow(student, reference)
+    except Exception:  # a rule that cannot read this observation says nothing
+        narrowed = ""
+    if not isinstance(narrowed, str) or not narrowed:
+        return found
+    return replace(found, deduced=f"{found.deduced} {narrowed}".strip())
 
 
 def _moved(spec: Locate, path: tuple, want, have, wants: dict, rtol: float) -> tuple[str, str] | None:
@@ -284,6 +298,19 @@ def _entry(have: list, want: list, at: int, word: str) -> str:
     return f": at {word.format(i=j, n=j + 1)} (of {len(want[at])}) yours holds {held}{more}"
 
 
+def _same_rows(have: list, want: _Whole) -> tuple[str, str] | None:
+    """Every item (row) of the student's table is one and the same, and holds something, where the right ones differ:
+    what one list object reused for every row gives (``[[None] * p] * n``), each row holding what was written last
+    anywhere (empty rows everywhere are a table nothing was written to, not this)."""
+    if len(have) < 2 or not isinstance(have[0], list) or all(e is None for e in have[0]) \
+            or any(h != have[0] for h in have[1:]) \
+            or all(w == want.items[0] for w in want.items[1:]):
+        return None
+    head = want.word.split(" {")[0] if "{" in want.word else want.word
+    return (f"every {head}'s row is the same (one row, repeated), as when one list object is "
+            "reused for every row ([row] * n): a write to one row is a write to all", "every row the same")
+
+
 def _safe_rows(spec: Locate, path: tuple, case: dict, want) -> tuple[int, int, str] | None:
     """The declared row shape of the result at ``path``, when its length fits it (else None: element words)."""
     key = next((k for k in reversed(path) if isinstance(k, str)), None)
@@ -378,6 +405,9 @@ def _compare(want, have, before, factors, rtol, rows=None) -> tuple[str, str] | 
             return "missing", "missing"
         if have == want.items:
             return None
+        same = _same_rows(have, want)
+        if same:
+            return same
         first = next((i for i, (h, w) in enumerate(zip(have, want.items)) if h != w), min(len(have), len(want.items)))
         at = want.word.format(i=first, n=first + 1) if "{" in want.word else f"{want.word} {first + 1}"
         return f"differs from {at} on{_entry(have, want.items, first, want.entry)}", f"differs at {at}"
@@ -566,7 +596,7 @@ def _summarise(spec, reference, findings, right, errors, right_at=None, seen_rig
     wrong = [w for _, w in sorted(wrong, key=lambda x: x[0])]  # a named factor or pattern says most: first
     shorts = [w for _, w in sorted(shorts, key=lambda x: x[0])]
     raised = ("" if not errors else f"stopped ({errors[0][3]})" if errors[0][3] in STOPPED
-              else f"raised {errors[0][3].split(':', 1)[0][:40]}")
+              else _not_raised(errors[0][3])[1] or f"raised {errors[0][3].split(':', 1)[0][:40]}")
     short = "; ".join(([raised] if raised else []) + shorts[:3 - bool(raised)])
     places = tuple(sorted({f"{f.quantity} @ {f.scenario}" for f in everything}))
     # a direction the calibration compares only where a ratio fits (a scale is systematic; a plain difference's
@@ -717,9 +747,10 @@ def _crashed(reference: dict, errors: list[tuple[str, str, str, str]]) -> str:
     first = error.strip().split(".  ")[0].split("\n")[0][:160].rstrip(".")
     raised = list(dict.fromkeys(e[0] for e in errors))
     ran = [k for k in scenarios if k not in raised]
-    line = (f"Your function raised {first}" if first not in STOPPED else f"Nothing raised, but {STOPPED[first]},") \
+    returned = _not_raised(first)[0]
+    line = (returned or (f"Your function raised {first}" if first not in STOPPED else f"Nothing raised, but {STOPPED[first]},")) \
         + f" when {_scenario(reference, key)}" + (f" (on {where})" if where else "")
-    lines, verb = {e[2] for e in errors}, "raised" if first not in STOPPED else "happened"
+    lines, verb = {e[2] for e in errors}, "raised" if first not in STOPPED and not returned else "happened"
     if at:
         line += f", at {at}" if len(lines) == 1 else f", first at {at}"
     others = sorted({e[3].strip().split(":", 1)[0][:40] for e in errors} - {first.split(":", 1)[0]})
@@ -731,7 +762,8 @@ def _crashed(reference: dict, errors: list[tuple[str, str, str, str]]) -> str:
         common = _in_common(scenarios, raised, ran) if not same_place else ""
         line += (f"; it {verb} in {len(raised)} of {len(scenarios)} scenarios{same_place}"
                  + (f", only {common}" if common else "")
-                 + f"; it ran without {'raising' if verb == 'raised' else 'it'} when {_scenario(reference, ran[0])}"
+                 + f"; it ran without {'raising' if verb == 'raised' else 'it' if not returned else 'that'} when "
+                 f"{_scenario(reference, ran[0])}"
                  + (f" and in {len(ran) - 1} more" if len(ran) > 1 else ""))
     wheres = sorted({e[1] for e in errors if e[1]}, key=_place_key)
     if len(wheres) > 1 and verb == "raised":  # which rank a deadlock or an abort reached first is timing, not code
@@ -739,6 +771,19 @@ def _crashed(reference: dict, errors: list[tuple[str, str, str, str]]) -> str:
         if all(e[1].startswith("rank ") for e in errors) and "rank 0" not in wheres:
             line += ", never on rank 0"
     return line + (f" (elsewhere also {', '.join(others)})" if others else "") + "."
+
+
+def _not_raised(error: str) -> tuple[str, str]:
+    """A scenario's error that is no exception (parse.py's words for results it could not take): the crash line's
+    start and the short form, in what the function did; ("", "") for an exception."""
+    if error.startswith(DIFFERENT):
+        return (f"Your function returned results shaped otherwise than the reference's "
+                f"({error.removeprefix(DIFFERENT)[:120]})", "returned another shape")
+    if error.startswith(MALFORMED):
+        return f"Your function's results could not be read ({error.removeprefix(MALFORMED)[:120]})", "unreadable results"
+    if error == MISSING:
+        return "Your function gave no result", "no result"
+    return "", ""
 
 
 def _in_common(scenarios: dict, raised: list[str], ran: list[str]) -> str:

@@ -6,6 +6,8 @@ Each rank records its shard's size and dtypes, the losses and gradient norms, wh
 its gathered full parameters; the reference carries FSDP2's run (``fsdp2``). Records of another shape than the
 reference's do not parse, so these fingerprints read the raw records.
 """
+import math
+
 from ..judging.checking import ABORTED, DEADLOCK, close
 from ..judging.diagnosis import EVERY, Mistake, error_of, raw_scenario
 from ..judging.localise import RTOL, Locate
@@ -188,7 +190,39 @@ MISTAKES = [
 
 
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
-LOCATE = Locate(names={"losses": "the losses", "grad_norms": "the gradient norms", "full_params": "parameter {}",
+def _chunk_spread(full: dict, layer: str, n: int) -> list[float]:
+    """How far each shard r ≥ 1 of a layer's flat parameters (weight then bias, padded to N equal shards) is from
+    shard 0, over the length they share."""
+    flat = [float(v) for name in (f"{layer}.weight", f"{layer}.bias") for v in full[name][1]]
+    size = -(-len(flat) // n)
+    first = flat[:size]
+    return [math.dist(flat[r * size:(r + 1) * size], first[:len(flat[r * size:(r + 1) * size])])
+            for r in range(1, n) if flat[r * size:(r + 1) * size]]
+
+
+def same_shard_everywhere(student, reference) -> str:
+    """Every rank kept one and the same shard (rank 0's): in the trained parameters gather_full_params() returns,
+    each layer's shard r is its shard 0 but for the training's small updates, where the right shards differ."""
+    closest = 0.0
+    for key, scenario in reference["scenarios"].items():
+        ranks = scenario.get("ranks")
+        if not ranks or "full_params" not in ranks[0]:
+            continue
+        n, want = scenario["case"]["world_size"], ranks[0]["full_params"]
+        have = raw_scenario(student, key)["ranks"][0]["full_params"]
+        for layer in sorted({name.rpartition(".")[0] for name in want}):
+            mine, theirs = _chunk_spread(have, layer, n), _chunk_spread(want, layer, n)
+            closest = max(closest, *(m / t for m, t in zip(mine, theirs) if t > 0))
+    if 0 < closest < 0.25:
+        return ("Every rank holds the same shard, rank 0's: in the parameters gather_full_params() returns, each "
+                f"layer's shard of every other rank equals its shard 0 but for the training's updates (at most "
+                f"{closest:.0%} of how far the right shards are apart), on every layer: each "
+                "rank must keep its own shard r of the flat layer.")
+    return ""
+
+
+LOCATE = Locate(narrow=same_shard_everywhere,
+                names={"losses": "the losses", "grad_norms": "the gradient norms", "full_params": "parameter {}",
                        "shard_numel": "the shard size", "shard_dtypes": "the shards' dtypes"},
                 # the memory scenario's gradient norm is taken under the launcher's secret per-element gate factors,
                 # different in every run: method evidence (the gates' digests), not a result to compare

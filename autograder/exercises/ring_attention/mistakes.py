@@ -132,6 +132,17 @@ def causal_mask_on_local_positions(student, reference):
     return None
 
 
+def later_chunks_seen_from_the_last_row(student, reference) -> bool:
+    """With a causal mask, rank 0's last query row of its chunk is wrong: a mask on local positions lets it see every
+    key of the next rank's chunk. A mask that only leaves the diagonal tile unmasked keeps that row right (it sees
+    its whole chunk either way): the same ranks come out wrong, for another reason."""
+    case = reference["scenarios"]["two_ranks_causal"]["case"]
+    have, want = _ranks(student, "two_ranks_causal")[0]["output"], reference["full"]["two_ranks_causal"][0]
+    row = case["chunk"] * case["d"]
+    lasts = [slice(start + row - case["d"], start + row) for start in range(0, len(want), row)]
+    return any(not close(have[at], want[at], atol=ATOL) for at in lasts)
+
+
 def chunk_offsets_wrong(student, reference):
     causal3 = _right(student, reference, "three_ranks_causal")
     if all(_right(student, reference, "two_ranks_causal")) and not all(causal3) and _ring_as_reference(
@@ -233,7 +244,7 @@ MISTAKES = [
     Mistake("causal_mask_on_local_positions", "You build the causal mask from positions inside the chunks.",
             "Causality is about global positions: a chunk of a lower rank is fully visible, a higher one not at all.",
             "Mask with the global positions: chunk offset + index, for queries and keys.",
-            causal_mask_on_local_positions),
+            causal_mask_on_local_positions, requires=later_chunks_seen_from_the_last_row),
     Mistake("chunk_offsets_wrong", "You compute the global offset of the K/V chunk you hold wrongly.",
             "At step t rank r holds the chunk of rank (r − t) mod N, whose keys start at that rank's offset.",
             "Use ((r − t) % N) × chunk as the keys' offset.", chunk_offsets_wrong),
@@ -267,7 +278,39 @@ MISTAKES = [
 ]
 
 
+def merged_chunks(student, reference) -> str:
+    """Where an online-softmax merge goes wrong, by how many chunks a rank merges: with a causal mask rank r merges
+    r + 1 chunks (rank 0 only its own), without one every rank merges N. Right wherever a rank merges one chunk and
+    wrong wherever it merges more: one chunk's attention is right, and the error comes in with the second chunk."""
+    one, more = set(), set()
+    for key in reference["full"]:
+        case = reference["scenarios"][key]["case"]
+        if case.get("measure_memory"):
+            continue
+        for rank, ok in enumerate(_right(student, reference, key)):
+            (one if case["is_causal"] and rank == 0 else more).add(ok)
+    if one == {False} and more == {False} and all(
+            not any(_ranks(student, key)[0]["output"]) for key in reference["full"]
+            if reference["scenarios"][key]["case"]["is_causal"]):
+        return ("Even a rank that attends to its own chunk only (rank 0 with is_causal=True) returns zeros, and every "
+                "rank is wrong: the first block merged into the (empty) running output contributes nothing, so the "
+                "merge weighs the new block wrongly.")
+    if one != {True} or more != {False}:
+        return ""
+    same = all(_sent(student, key, r) == reference["scenarios"][key]["ranks"][r]["sends"]
+               for key in reference["full"] for r in range(len(reference["full"][key])))
+    return ("Every rank that attends to its own chunk only (rank 0 with is_causal=True) is right: one chunk's "
+            "attention (the scale, the mask on the diagonal tile, its softmax) is right. Every rank that merges two or "
+            "more chunks is wrong, with or without the mask: the error comes in with the second chunk (from the "
+            "second ring step on), " + (
+                "in how it is merged into the running output (how the running output and log-sum-exp are rescaled "
+                "and combined), not in what travels: your ranks sent the reference's messages (the same peers and "
+                "sizes)." if same else "in the chunks your ranks pass around (their messages differ from the "
+                "reference's) or in how they are merged into the running output."))
+
+
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
-LOCATE = Locate(names={"output": "the output"}, ignore=("sends", "recvs", "collectives", "forbidden"),
+LOCATE = Locate(names={"output": "the output"}, narrow=merged_chunks,
+                ignore=("sends", "recvs", "collectives", "forbidden"),
                 factors=lambda case: {"world_size": case["world_size"], "√d": math.sqrt(case["d"])},
                 rows={"output": lambda case: (case["chunk"], case["d"], "query row of the rank's chunk")})

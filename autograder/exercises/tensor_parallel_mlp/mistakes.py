@@ -9,10 +9,12 @@ are poisoned, per rank), so a rank that computes with rows outside its block get
 scenario's bytes per pass (measured outside the ranks) are read only where they were measured on a loopback of the
 ranks' own (``reading.measured_privately``).
 """
+import math
+
 from ..judging.checking import DEADLOCK, close, measured_privately
 from ..judging.diagnosis import EVERY, Mistake, error_of, raw_scenario
 from ..judging.localise import Locate
-from .cases import SEEDED_X_GRAD, TRAFFIC_RATIO
+from .cases import ROLES, SEEDED_X_GRAD, TRAFFIC_RATIO
 
 ATOL = 1e-4
 
@@ -330,6 +332,48 @@ MISTAKES = [
 ]
 
 
+ACTIVATIONS = {"GELU": lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))), "ReLU": lambda v: max(v, 0.0)}
+
+
+def _rights(student, reference, role: str, part: str) -> set[bool]:
+    """Whether each rank's shard of ``role`` (its "value" or "grad") is right, over the scenarios with shards."""
+    found = set()
+    for key in ("two_ranks", "three_ranks"):
+        single = _single(reference, key)["shards"]
+        for rank, record in enumerate(_ranks(student, key)):
+            shard = record["shards"][role] if isinstance(record.get("shards"), dict) else None
+            have = shard.get(part) if isinstance(shard, dict) else None
+            found.add(close(have, single[rank][role][part], atol=ATOL) if isinstance(have, list) else False)
+    return found
+
+
+def which_half(student, reference) -> str:
+    """Which half of the MLP a wrong output comes from, by what the observation holds: an output that is an
+    activation of the right one (applied after fc2 too), or the gradient at fc2's bias (right: nothing after the bias
+    changes the output's gradient) against fc2.weight's (its input, the hidden activation, times that gradient)."""
+    if _output_right(student, reference) and _output_right(student, reference, "three_ranks"):
+        return ""
+    for name, act in ACTIVATIONS.items():
+        if all(close(r["output"], [act(v) for v in _single(reference, key)["output"]], atol=ATOL)
+               for key in ("two_ranks", "three_ranks") for r in _ranks(student, key)):
+            return (f"Every rank's output is {name} of the right output, element by element: an activation is applied "
+                    "after fc2 (after the sum over ranks and fc2's bias) as well; the MLP's activation goes between "
+                    "fc1 and fc2 only.")
+    if {role: _rights(student, reference, role, "value") for role in ROLES} != {role: {True} for role in ROLES}:
+        return ""
+    bias, weight = _rights(student, reference, "fc2.bias", "grad"), _rights(student, reference, "fc2.weight", "grad")
+    if bias == {True} and weight == {False}:
+        return ("Your shards hold the right values, and fc2.bias's gradient is right: the gradient reaching the "
+                "output is right, and nothing after fc2's bias changes it. fc2.weight's gradient (the gradient at fc2's "
+                "output times what enters fc2) is wrong on every rank: the hidden activation entering fc2 — fc1's "
+                "output, its bias and the activation (GELU) — is wrong, or an operation between fc2's product and "
+                "the sum over ranks changes the partial output.")
+    if bias == {False}:
+        return ("Your shards hold the right values, but fc2.bias's gradient is wrong: the gradient reaching fc2's bias "
+                "differs, so an operation after fc2 (after its bias, or after the sum over ranks) changes the output.")
+    return ""
+
+
 # What the observed values are called in the exercise, and the factors a plausible mistake scales them by.
 LOCATE = Locate(names={"output": "the output", "x_grad": "x's gradient", "shards": "{}", "value": "(value)",
                        "grad": "(gradient)"},
@@ -338,4 +382,5 @@ LOCATE = Locate(names={"output": "the output", "x_grad": "x's gradient", "shards
                 ignore=("forward", "backward", "forbidden", SEEDED_X_GRAD),
                 factors=lambda case: {"world_size": case["world_size"]},
                 rows={"output": lambda case: (case["batch"], case["d_out"], "row of the batch"),
-                      "x_grad": lambda case: (case["batch"], case["d_in"], "row of the batch")})
+                      "x_grad": lambda case: (case["batch"], case["d_in"], "row of the batch")},
+                narrow=which_half)
