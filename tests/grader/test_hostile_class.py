@@ -185,7 +185,7 @@ def fake(fn, **kwargs):
             "returned": 1.0, "steps": 2, "step_grads": [], "params": [], "training": True, "max_graphs_alive": 0}
             for k in SCENARIOS}}
 me.observe = fake
-''' + WRONG_BODY, "shaped differently"),
+''' + WRONG_BODY, "shaped otherwise"),
     "copies_the_reference_solution": ('''
 import json, glob, os, autograder
 repo = os.path.dirname(os.path.dirname(autograder.__file__))

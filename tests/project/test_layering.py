@@ -179,7 +179,8 @@ def test_one_submission_walks_the_grader_without_going_back(tmp_path):
     assert max(from_batch.values()) == 1, from_batch
     stages = {callee for callee, _ in from_batch}
     assert {"submissions", "references", "grading", "report", "class_report", "outputs"} <= stages, stages
-    edges = {(caller, callee) for caller, callee, _ in calls if "sandbox" not in (caller, callee)}
+    # sandbox/launch.py starts the workers and calls back the policy it is given: not a stage of the walk
+    edges = {(caller, callee) for caller, callee, _ in calls if "launch" not in (caller, callee)}
     assert not {(a, b) for a, b in edges if (b, a) in edges}, sorted(edges)
 
 

@@ -102,7 +102,7 @@ def single_process(case: dict) -> list[float]:
 
 def observe(fn, *, salt: int = 0) -> dict:
     # no check reads a meter here: scenarios of one world size share a launch
-    return observe_on_ranks(salt, cases(salt), manual_data_parallel, fn, together=lambda case: True)
+    return observe_on_ranks(salt, cases(salt), manual_data_parallel, fn)
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:

@@ -7,7 +7,7 @@ first thing (a forked child is single-threaded, as ``setns`` into a user namespa
 the holder's ``/proc/<pid>/net/dev``. The holder also makes the socket rank 0's store listens on (``store_socket``:
 a socket belongs to the network namespace it was made in). Where the kernel refuses unprivileged user namespaces
 (some distributions do), ``PrivateLoopback.start`` returns None: the ranks share the machine's loopback and byte
-checks judge nothing (reading.measured_privately).
+checks judge nothing (checking.measured_privately).
 """
 import ctypes
 import fcntl

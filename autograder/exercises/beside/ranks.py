@@ -14,7 +14,7 @@ worker closes its channel to the grader and redirects output), defines the funct
 runs ``target``; it answers with one JSON message on a pipe of its own, which the launcher reads with a size limit
 and parses with bounds (never unpickles). While the ranks run, the launcher's ``Meter`` (meter.py) measures them
 from outside: memory and loopback bytes, numbers that a rank's own code cannot lower. A rank that finds the student
-using what the exercise forbids says ``"forbidden": True`` in its record; ``reading.rank_results`` turns that into
+using what the exercise forbids says ``"forbidden": True`` in its record; ``checking.rank_results`` turns that into
 the exercise's sentence. No rank is left behind: each is killed and reaped when the scenario ends (in class grading,
 whatever a rank started is killed with the task's session and the sandbox's PID namespace).
 """
@@ -489,7 +489,7 @@ def observe_on_ranks(salt: int, cases: dict[str, dict], target, fn, *, timeout: 
     ``gates(case)``: a scenario's gate policy (meter.py), or None for one without gates; ``peaks(case)``: whether a
     check judges the scenario's peak memory (``run_on_ranks``); ``profiler``: the targets profile, so the launcher
     starts the profiler once first (``warm_profiler``); ``quiet``: ranks write nothing on stderr. A rank's record
-    says ``"forbidden": False`` unless its target says otherwise (``reading.rank_results`` requires the key).
+    says ``"forbidden": False`` unless its target says otherwise (``checking.rank_results`` requires the key).
     ``together(case)``: the scenario's meter is read by no check, so it may share one launch with the other such
     scenarios of its world size (``run_in_one_launch``): a launch's fixed cost (forks, joining the group, the first
     collectives) is then paid once for all of them. A scenario with gates or judged peaks always runs alone.

@@ -176,11 +176,6 @@ def gates_of(c: dict):
                         expect=expected_gates(c))
 
 
-def values_only(c: dict) -> bool:
-    """A scenario whose meter no check reads (all but the gated one): it may share its launch (ranks.py)."""
-    return c["model"] != "gated"
-
-
 def student_rank(rank: int, world_size: int, cls, c: dict) -> dict:
     """One rank of a data-parallel training loop with the student's wrapper, instrumented."""
     if c["model"] == "gated":
@@ -224,7 +219,7 @@ def ddp_rank(rank: int, world_size: int, c: dict) -> dict | None:
 
 
 def observe(fn, *, salt: int = 0) -> dict:
-    return observe_on_ranks(salt, cases(salt), student_rank, fn, gates=gates_of, together=values_only)
+    return observe_on_ranks(salt, cases(salt), student_rank, fn, gates=gates_of)
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:

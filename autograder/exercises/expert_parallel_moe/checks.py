@@ -120,7 +120,7 @@ def traffic_problem(student, reference) -> str | None:
     if not isinstance(got, int | float) or got < 0:
         return f"When {c['what']}, the grader could not read the bytes your ranks sent."
     if not measured_privately(scenario(student, "traffic", c["what"])["meter"], reference["scenarios"]["traffic"]["meter"]):
-        return None  # bytes judged in the grader's sandbox only (reading.measured_privately)
+        return None  # bytes judged in the grader's sandbox only (checking.measured_privately)
     ratio = got / want
     if 1 / TRAFFIC_RATIO <= ratio <= TRAFFIC_RATIO:
         return None

@@ -710,7 +710,7 @@ TIME_WORDS = ("step", "call")
 DEDUCED = "Ruled out by what is right: "  # the line of Locate.deduce, labelled apart from the wrong results
 
 
-# The launcher's words for ranks that never raised in Python (reading.ABORTED, reading.DEADLOCK), as a crash's
+# The launcher's words for ranks that never raised in Python (checking.ABORTED, checking.DEADLOCK), as a crash's
 # sentence: what happened, in place of "Your function raised ..."
 STOPPED = {"aborted": "gloo stopped a rank (SIGABRT): a message arrived with another size than the rank receiving it "
                       "expected (the ranks sent or reduced tensors of different shapes)",

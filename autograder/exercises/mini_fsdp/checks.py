@@ -101,7 +101,7 @@ def memory_problem(student, reference, *, last_pause: bool = False) -> str | Non
     """What each rank held at the grader's pauses in its backward pass, measured from outside it (meter.py,
     SampleAtGates): within EXTRA_LAYERS full layers of the reference's, and with the gradients arriving at the
     pauses the model's own under the launcher's seeds (the evidence that the rank's own backward reached each pause,
-    after the one before it was answered: reading.gate_problem). ``last_pause``: only the
+    after the one before it was answered: checking.gate_problem). ``last_pause``: only the
     last pause, where one layer's backward is left and a wrapper that keeps just its shards holds little either way."""
     key = "memory"
     c = case(reference, key)

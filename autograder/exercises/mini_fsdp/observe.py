@@ -138,11 +138,6 @@ def gates_of(case: dict):
     return SampleAtGates(case["world_size"], gates=len(case["sizes"]) - 2, expect=expected_gates(case))
 
 
-def values_only(case: dict) -> bool:
-    """A scenario whose meter no check reads (all but the gated one): it may share its launch (ranks.py)."""
-    return not case["gated"]
-
-
 def student_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     """One rank trains the seeded model with the student's wrapper, measured by the grader's hooks."""
     if case["gated"]:
@@ -210,7 +205,7 @@ def fsdp2_rank(rank: int, world_size: int, case: dict) -> dict:
 
 def observe(fn, *, salt: int = 0) -> dict:
     # quiet: gloo's own abort message on mismatched collectives would reach the notebook's stderr
-    return observe_on_ranks(salt, cases(salt), student_rank, fn, gates=gates_of, quiet=True, together=values_only)
+    return observe_on_ranks(salt, cases(salt), student_rank, fn, gates=gates_of, quiet=True)
 
 
 def reference_rank(rank: int, world_size: int, cls, case: dict) -> dict:
@@ -224,8 +219,7 @@ def reference_rank(rank: int, world_size: int, cls, case: dict) -> dict:
 def observe_reference(fn, *, salt: int = 0) -> dict:
     import torch.distributed.fsdp  # noqa: F401  imported once here, not in every forked rank (seconds)
 
-    result = observe_on_ranks(salt, cases(salt), reference_rank, fn, timeout=60, gates=gates_of, quiet=True,
-                              together=values_only)
+    result = observe_on_ranks(salt, cases(salt), reference_rank, fn, timeout=60, gates=gates_of, quiet=True)
     result["fsdp2"] = {}
     for name, observed in result["scenarios"].items():
         if "ranks" not in observed:

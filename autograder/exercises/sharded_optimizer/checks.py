@@ -130,7 +130,7 @@ def held_between_steps(meter, c: dict) -> list[float] | None:
 
 def pause_problem(meter: dict, rank: int, reference) -> str | None:
     """Whether rank ``rank`` reached the grader's pause after each step exactly once, each with the parameters that
-    step gives under the launcher's seeds (reading.gate_problem); the words that finish "rank 0 ..." when not."""
+    step gives under the launcher's seeds (checking.gate_problem); the words that finish "rank 0 ..." when not."""
     want = reference["scenarios"]["memory"]
     return gate_problem(meter, rank, want["case"]["steps"], want["meter"],
                         words=("the scenario has", "parameters its steps do not give"))

@@ -241,11 +241,6 @@ def reference_rank(rank: int, world_size: int, cls, case: dict) -> dict:
     return sharded_rank(rank, world_size, cls, case, with_unsharded=True)
 
 
-def values_only(case: dict) -> bool:
-    """A scenario whose meter no check reads (all but the memory one): it may share its launch (ranks.py)."""
-    return case["model"] != "large"
-
-
 def gates_of(case: dict):
     if case["model"] != "large":
         return None
@@ -253,7 +248,7 @@ def gates_of(case: dict):
 
 
 def observe(fn, *, salt: int = 0) -> dict:
-    return observe_on_ranks(salt, cases(salt), sharded_rank, fn, gates=gates_of, together=values_only)
+    return observe_on_ranks(salt, cases(salt), sharded_rank, fn, gates=gates_of)
 
 
 def unsharded_memory_rank(rank: int, world_size: int, cls, case: dict) -> dict:
@@ -271,7 +266,7 @@ def unsharded_memory(fn, case: dict) -> dict:
 
 
 def observe_reference(fn, *, salt: int = 0) -> dict:
-    result = observe_on_ranks(salt, cases(salt), reference_rank, fn, gates=gates_of, together=values_only)
+    result = observe_on_ranks(salt, cases(salt), reference_rank, fn, gates=gates_of)
     for observed in result["scenarios"].values():
         if "ranks" not in observed:
             raise RuntimeError(f"the reference ShardedOptimizer failed when {observed['case']['what']}: "

@@ -131,7 +131,7 @@ def x_grad_truth(got: dict, rank: int) -> dict | None:
 
 def pause_problem(meter: dict, rank: int, reference: dict) -> str | None:
     """Whether rank ``rank`` stopped exactly once at the grader's pause between the passes, with the output its
-    forward gives (reading.gate_problem); the words that finish "rank 0 ..." when not."""
+    forward gives (checking.gate_problem); the words that finish "rank 0 ..." when not."""
     want = reference["scenarios"]["traffic"]
     return gate_problem(meter, rank, 1, want["meter"],
                         words=("its forward and backward have", "an output the forward does not give"))
@@ -249,7 +249,7 @@ def traffic_problem(student, reference, phase: str) -> str | None:
         if problem:
             return f"This could not be confirmed: {problem}"
     if not measured_privately(scenario(student, "traffic", c["what"])["meter"], want["meter"]):
-        return None  # bytes judged in the grader's sandbox only (reading.measured_privately)
+        return None  # bytes judged in the grader's sandbox only (checking.measured_privately)
     ratio = got[phase] / pass_bytes(want["meter"], c)[phase]
     if 1 / TRAFFIC_RATIO <= ratio <= TRAFFIC_RATIO:
         return None

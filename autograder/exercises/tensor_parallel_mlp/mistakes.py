@@ -7,7 +7,7 @@ of its forward and backward passes ([kind, count] pairs); the reference carries 
 fingerprints read the raw records. Each rank's layers are true only in its own block of hidden units (the others
 are poisoned, per rank), so a rank that computes with rows outside its block gets wrong values. The ``traffic``
 scenario's bytes per pass (measured outside the ranks) are read only where they were measured on a loopback of the
-ranks' own (``reading.measured_privately``).
+ranks' own (``checking.measured_privately``).
 """
 import math
 
