@@ -1,7 +1,7 @@
 """The launcher of the grader's scenarios (exercises/beside/ranks.py), on its own."""
 import pytest
 
-from autograder.exercises.beside.ranks import Deferred, in_launches, observe_on_ranks, run_in_one_launch, run_on_ranks
+from autograder.exercises.beside.ranks import Deferred, observe_on_ranks, run_on_ranks
 
 
 def _answers_at_once(rank: int, world_size: int) -> dict:
@@ -60,92 +60,3 @@ def test_observe_on_ranks_keeps_ranks_quiet_and_records_forbidden_false_by_defau
     err = capfd.readouterr().err
     assert "a rank's warning" not in err
     assert ("a rank's own line on stderr" in err) != quiet
-
-
-# ---- several scenarios in one launch (``together``) ------------------------------------------------
-
-def _sums_with_pid(rank: int, world_size: int, fn, case: dict) -> dict:
-    """The student's function all-reduces the rank's number (twice on rank 0 in a deadlock scenario); says which
-    process answered."""
-    import os
-
-    from autograder.exercises.beside.ranks import student_call
-
-    if case.get("raise"):
-        raise ValueError("this scenario fails")
-    value = student_call(fn, float(rank + case["x"]), bool(case.get("deadlock") and rank == 0))
-    return {"sum": value, "pid": os.getpid()}
-
-
-SUM_CELL = """import torch
-import torch.distributed as dist
-
-def total(v, twice):
-    t = torch.tensor([v])
-    if twice:
-        dist.all_reduce(t.clone())  # the other ranks never call this one
-    dist.all_reduce(t)
-    return t.item()
-"""
-
-
-def _only_first_in_its_process(rank: int, world_size: int, fn, case: dict) -> dict:
-    """Fails when an earlier scenario ran in the same process: a failure that a shared launch, not the student's
-    code, would cause."""
-    import os
-
-    if os.environ.get("A_SCENARIO_RAN") and case.get("fragile"):
-        raise RuntimeError("state left by an earlier scenario")
-    os.environ["A_SCENARIO_RAN"] = "1"
-    return {"pid": os.getpid(), "x": fn(case["x"])}
-
-
-def _cases(*extras: dict) -> dict:
-    return {f"s{i}": {"what": f"scenario {i}", "world_size": 2, "x": i, **extra} for i, extra in enumerate(extras)}
-
-
-def _double():
-    return Deferred([("your cell", "def double(v):\n    return 2 * v\n")], "double")
-
-
-def _total():
-    return Deferred([("your cell", SUM_CELL)], "total")
-
-
-def test_scenarios_of_one_world_size_share_a_launch_with_the_same_results_as_alone():
-    cases = {**_cases({}, {}, {}), "wide": {"what": "on 3 ranks", "world_size": 3, "x": 5}}
-    together = observe_on_ranks(0, cases, _sums_with_pid, _total(), together=lambda case: True)["scenarios"]
-    alone = observe_on_ranks(0, cases, _sums_with_pid, _total())["scenarios"]
-    for key in cases:
-        assert [r["sum"] for r in together[key]["ranks"]] == [r["sum"] for r in alone[key]["ranks"]], key
-        assert all(r["forbidden"] is False for r in together[key]["ranks"])
-    assert len({together[k]["ranks"][0]["pid"] for k in ("s0", "s1", "s2")}) == 1  # one launch for world size 2
-    assert len({alone[k]["ranks"][0]["pid"] for k in ("s0", "s1", "s2")}) == 3
-    # a scenario with gates or judged peaks keeps its own launch (and its own meter)
-    apart = observe_on_ranks(0, _cases({}, {}), _sums_with_pid, _total(), together=lambda case: True,
-                             peaks=lambda case: case["x"] == 1)["scenarios"]
-    assert apart["s0"]["ranks"][0]["pid"] != apart["s1"]["ranks"][0]["pid"]
-
-
-def test_a_scenario_that_fails_after_others_in_a_shared_launch_is_judged_at_the_head_of_a_launch_of_its_own():
-    """Its failure is recorded only where it failed first in its processes, as alone: a failure that only the
-    scenarios before it caused is not the student's (it passes alone), and the scenarios after it still run."""
-    cases = _cases({}, {"fragile": True}, {})
-    found = in_launches(lambda calls: run_in_one_launch(_only_first_in_its_process, 2, calls, group=False),
-                        [(_double(), c) for c in cases.values()])
-    assert all("ranks" in f for f in found), found
-    assert [f["ranks"][0]["x"] for f in found] == [0, 2, 4]
-    pids = [f["ranks"][0]["pid"] for f in found]
-    assert pids[0] != pids[1] == pids[2]  # the fragile one ran again first in a fresh launch; the next shared it
-
-
-def test_errors_and_deadlocks_in_a_shared_launch_cost_only_their_own_scenario():
-    cases = _cases({}, {"raise": True}, {}, {"deadlock": True}, {})
-    found = observe_on_ranks(0, cases, _sums_with_pid, _total(), timeout=3.0,
-                             together=lambda case: True)["scenarios"]
-    assert found["s1"]["error"] == "ValueError: this scenario fails"
-    assert found["s3"]["error"] == observe_on_ranks(0, {"s3": cases["s3"]}, _sums_with_pid, _total(),
-                                                    timeout=3.0)["scenarios"]["s3"]["error"]
-    assert [found[k]["ranks"][0]["sum"] for k in ("s0", "s2", "s4")] == [1.0, 5.0, 9.0]
-    # answered before a failure in the same ranks: run again, so that the meter they carry is whole
-    assert all(None not in found[k]["meter"]["maxrss_kib"] for k in ("s0", "s2", "s4"))

@@ -151,9 +151,8 @@ def ask_gate(name: str, tensor) -> float | None:
 
 
 def _join_group(rank: int, world_size: int, port: int, listener: socket.socket | None,
-                timeout: datetime.timedelta):
-    """Rank 0's store listens on ``listener`` (made before the fork); the others connect to ``port``. The store, for
-    the groups of the launch's later scenarios (``_join_again``)."""
+                timeout: datetime.timedelta) -> None:
+    """Rank 0's store listens on ``listener`` (made before the fork); the others connect to ``port``."""
     import torch.distributed as dist
 
     if rank == 0:
@@ -163,19 +162,6 @@ def _join_group(rank: int, world_size: int, port: int, listener: socket.socket |
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
     # Every rank has joined before any runs the target: one that ends first (a student's rank that never
     # communicates) then cannot take rank 0's store away from a peer still joining ("Connection closed").
-    dist.barrier()
-    return store
-
-
-def _join_again(store, number: int, rank: int, world_size: int, timeout: datetime.timedelta) -> None:
-    """A fresh process group for the launch's scenario ``number``: a collective one rank left waiting in the scenario
-    before can never pair with the next one's (it fails or waits, as with ranks of their own), and whatever groups
-    the student's code made go with the old one."""
-    import torch.distributed as dist
-
-    dist.destroy_process_group()
-    dist.init_process_group("gloo", store=dist.PrefixStore(f"scenario-{number}", store), rank=rank,
-                            world_size=world_size, timeout=timeout)
     dist.barrier()
 
 
@@ -187,12 +173,10 @@ def _quiet_stderr() -> None:
     os.close(null)
 
 
-def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeout: float, target, calls,
+def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeout: float, target, args,
                reply_fd: int, gate_fds: tuple[int, int] | None, loopback: PrivateLoopback | None,
                quiet: bool = False) -> None:
-    """A forked rank: set up, then for each of ``calls`` (the target's arguments, one tuple per scenario) define the
-    student's code afresh, run the target and answer with one JSON line; stop at the first that fails; exit. Never
-    returns."""
+    """A forked rank: set up, define the student's code, run the target, answer with JSON, exit. Never returns."""
     global _gate_channel
     _gate_channel = gate_fds
     _own_fds.clear()
@@ -213,21 +197,15 @@ def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeo
         # as torchrun sets them, before the student's cells run (they may read them)
         os.environ.update(MASTER_ADDR="127.0.0.1", RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                           **({"MASTER_PORT": str(port)} if port else {}))
-        for number, args in enumerate(calls):
-            # each scenario defines the student's function afresh, as a process of its own would
-            args = [a.resolve() if isinstance(a, Deferred) else a for a in args]
-            if port and not number:
-                # c10d: "cannot retrieve the hostname" (no DNS in there)
-                with c_stderr_silenced() if loopback is not None else contextlib.nullcontext():
-                    store = _join_group(rank, world_size, port, listener, datetime.timedelta(seconds=timeout))
-            elif port:
-                _join_again(store, number, rank, world_size, datetime.timedelta(seconds=timeout))
-            if not number:
-                warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
-                if quiet:
-                    _quiet_stderr()
-            _answer(reply_fd, {"ok": target(rank, world_size, *args)})
-        os._exit(0)
+        args = [a.resolve() if isinstance(a, Deferred) else a for a in args]
+        if port:
+            # c10d: "cannot retrieve the hostname" (no DNS in there)
+            with c_stderr_silenced() if loopback is not None else contextlib.nullcontext():
+                _join_group(rank, world_size, port, listener, datetime.timedelta(seconds=timeout))
+        warnings.simplefilter("ignore")  # a rank's warnings would reach the notebook's stderr
+        if quiet:
+            _quiet_stderr()
+        message = {"ok": target(rank, world_size, *args)}
     except DefinitionError as exc:
         message = {"error": str(exc), "student": True}
     except StudentCodeFailed as exc:
@@ -235,20 +213,15 @@ def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeo
     except BaseException as exc:  # the grader's own code failed here (or the student's code broke it)
         message = {"error": "".join(traceback.format_exception_only(exc)).strip().splitlines()[-1][:300]}
     try:
-        _answer(reply_fd, message)
+        data = json.dumps(message, allow_nan=True).encode()
+    except (TypeError, ValueError) as exc:
+        data = json.dumps({"error": f"the rank's result could not be sent ({type(exc).__name__})"}).encode()
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(reply_fd, view):]
     finally:
         os._exit(0)
-
-
-def _answer(reply_fd: int, message: dict) -> None:
-    """One scenario's answer: a line of JSON (``json.dumps`` writes no newline inside one)."""
-    try:
-        data = json.dumps(message, allow_nan=True).encode() + b"\n"
-    except (TypeError, ValueError) as exc:
-        data = json.dumps({"error": f"the rank's result could not be sent ({type(exc).__name__})"}).encode() + b"\n"
-    view = memoryview(data)
-    while view:
-        view = view[os.write(reply_fd, view):]
 
 
 # ---- the launcher -------------------------------------------------------------------------------
@@ -259,7 +232,6 @@ class _Rank:
         self.gate_in, self.gate_out = gate_fds or (None, None)  # requests from the rank, answers to it
         self.gate_data = b""
         self.data, self.done, self.status, self.message = bytearray(), False, None, None
-        self.answers = []  # what the rank answered for each scenario so far, in order
 
     def fds(self) -> list[int]:
         return [fd for fd in (self.fd, self.gate_in, self.gate_out) if fd is not None]
@@ -274,24 +246,6 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
     ranks' peak memory, so the meter samples it often (``PEAK_SAMPLE_S``). ``quiet``: each rank's stderr goes to
     /dev/null while the target runs (``_quiet_stderr``); every rank ignores Python's warnings.
     """
-    return _launch(target, world_size, [args], timeout=timeout, group=group, gates=gates, peaks=peaks, quiet=quiet)[0]
-
-
-def run_in_one_launch(target, world_size: int, calls: list[tuple], *, timeout: float = LAUNCH_TIMEOUT_S,
-                      group: bool = True, quiet: bool = False) -> list[dict]:
-    """Several scenarios, one after another, on the same ``world_size`` forked ranks (``calls``: the target's
-    arguments for each): what ``run_on_ranks`` would give for each, up to and including the first that failed.
-
-    Only for scenarios whose meter no check reads: the launch's one measurement is given to each. Each scenario has
-    ``timeout`` from the end of the one before. A failed scenario is the first one's own only when it is the first:
-    the caller runs it again at the head of a launch of its own (``_in_launches``), so that no scenario's failure
-    depends on what ran before it in the same ranks."""
-    return _launch(target, world_size, calls, timeout=timeout, group=group, quiet=quiet)
-
-
-def _launch(target, world_size: int, calls: list[tuple], *, timeout: float, group: bool, gates=None,
-            peaks: bool = False, quiet: bool = False) -> list[dict]:
-    """The ranks of one launch run ``calls`` in order; one result per scenario answered, the last one failed or not."""
     ranks = []
     loopback = None if _private_network[0] else PrivateLoopback.start()  # the sandbox's loopback is theirs already
     # rank 0's store listens on the ranks' loopback: the holder's namespace, where there is one
@@ -312,7 +266,7 @@ def _launch(target, world_size: int, calls: list[tuple], *, timeout: float, grou
             for fd in [fd for other in ranks for fd in other.fds()] + [requests[0], replies[1]]:
                 if fd is not None:
                     os.close(fd)
-            _rank_main(rank, world_size, listener, timeout, target, calls, write_fd,
+            _rank_main(rank, world_size, listener, timeout, target, args, write_fd,
                        (requests[1], replies[0]) if gates else None, loopback, quiet)
         for fd in (write_fd, requests[1], replies[0]):
             if fd is not None:
@@ -323,19 +277,14 @@ def _launch(target, world_size: int, calls: list[tuple], *, timeout: float, grou
         listener.close()
     meter.start([r.pid for r in ranks])
     try:
-        failure, failed_call = _collect(ranks, meter, timeout, len(calls))
+        failure = _collect(ranks, meter, time.monotonic() + timeout)
     finally:
         _stop(ranks, meter)
         if loopback:
             loopback.stop()
-    measured = meter.result()
-    failed_call = min(failed_call, len(calls) - 1)
-    answered = min([len(r.answers) for r in ranks] + [len(calls), *([failed_call] if failure else [])])
-    found = [{"ranks": [r.answers[i]["ok"] for r in ranks], "meter": measured} for i in range(answered)]
-    if failure:  # "late": some rank had not answered the calls before the failed one yet
-        found.append({"error": failure, **_blamed(ranks, failure)} if answered == failed_call else
-                     {"error": failure, "late": True})
-    return found
+    if failure:
+        return {"error": failure, **_blamed(ranks, failure)}
+    return {"ranks": [r.message["ok"] for r in ranks], "meter": meter.result()}
 
 
 def _blamed(ranks: list[_Rank], failure: str) -> dict:
@@ -349,14 +298,12 @@ def _blamed(ranks: list[_Rank], failure: str) -> dict:
     return {}
 
 
-def _collect(ranks: list[_Rank], meter: Meter, timeout: float, calls: int) -> tuple[str | None, int]:
-    """Read every rank's answers until all answered every call, one failed, or a call's time ran out (``timeout``
-    from the end of the call before it); the failure or None, and the call it happened in."""
-    deadline, answered = time.monotonic() + timeout, 0
+def _collect(ranks: list[_Rank], meter: Meter, deadline: float) -> str | None:
+    """Read every rank's answer until all answered, one failed, or the deadline passed; the failure or None."""
     while not all(r.done for r in ranks):
         now = time.monotonic()
         if now >= deadline:
-            return DEADLOCK, answered
+            return DEADLOCK
         waiting = {r.fd: r for r in ranks if not r.done}
         asking = {r.gate_in: r for r in ranks if r.gate_in is not None and not r.done}
         ready, _, _ = select.select([*waiting, *asking], [], [], min(meter.interval, deadline - now))
@@ -370,15 +317,14 @@ def _collect(ranks: list[_Rank], meter: Meter, timeout: float, calls: int) -> tu
                 continue
             rank = waiting[fd]
             chunk = os.read(fd, 1 << 16)
-            problem = _read_answers(rank, chunk, calls) if chunk else None
-            if not chunk:
-                rank.done = True
-                problem = _no_answer(rank) if len(rank.answers) < calls else None
+            if chunk and len(rank.data) + len(chunk) <= REPLY_LIMIT:
+                rank.data += chunk
+                continue
+            rank.done = True
+            problem = _parse_reply(rank, overflow=bool(chunk))
             if problem:
-                return problem, len(rank.answers)
-        if min(len(r.answers) for r in ranks) > answered:  # every rank has finished another call: its clock starts
-            answered, deadline = min(len(r.answers) for r in ranks), time.monotonic() + timeout
-    return None, calls
+                return problem
+    return None
 
 
 def _gate_request(rank: _Rank, ranks: list[_Rank], meter: Meter) -> None:
@@ -406,43 +352,20 @@ def _send_answers(answers: list[tuple[int, float]], ranks: list[_Rank]) -> None:
             pass
 
 
-def _read_answers(rank: _Rank, chunk: bytes, calls: int) -> str | None:
-    """Each complete line the rank wrote, parsed with bounds, as its answer to the next call; the scenario's error
-    (a line that says so, cannot be read, is too long, or answers a call that was never made) or None."""
-    rank.data += chunk
-    while b"\n" in rank.data:
-        line, _, rest = bytes(rank.data).partition(b"\n")
-        rank.data = bytearray(rest)
-        problem = _parse_reply(rank, line)
-        if problem:
-            return problem
-        if len(rank.answers) >= calls:
-            return f"rank {rank.rank}'s result could not be read"
-        rank.answers.append(rank.message)
-    if len(rank.data) > REPLY_LIMIT:
+def _parse_reply(rank: _Rank, overflow: bool) -> str | None:
+    """The rank's answer as a message, or the scenario's error."""
+    if overflow:
         return f"rank {rank.rank} answered with more than {REPLY_LIMIT >> 20} MiB"
-    return None
-
-
-def _no_answer(rank: _Rank) -> str:
-    """The rank ended before it answered: a part of an answer, or how it ended (gloo's own abort, a signal, an exit)."""
-    if rank.data:
-        return f"rank {rank.rank}'s result could not be read"
-    _, status = os.waitpid(rank.pid, 0)
-    rank.status = status
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGABRT:
-        return ABORTED  # gloo's own check on a message's size failed
-    what = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
-            else f"exit code {os.WEXITSTATUS(status)}")
-    return f"rank {rank.rank} died without a result ({what})"
-
-
-def _parse_reply(rank: _Rank, line: bytes) -> str | None:
-    """One answer line as the rank's message, or the scenario's error."""
-    if len(line) > REPLY_LIMIT:
-        return f"rank {rank.rank} answered with more than {REPLY_LIMIT >> 20} MiB"
+    if not rank.data:
+        _, status = os.waitpid(rank.pid, 0)
+        rank.status = status
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGABRT:
+            return ABORTED  # gloo's own check on a message's size failed
+        what = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+                else f"exit code {os.WEXITSTATUS(status)}")
+        return f"rank {rank.rank} died without a result ({what})"
     try:
-        rank.message = loads_bounded(line, limit=REPLY_LIMIT)
+        rank.message = loads_bounded(bytes(rank.data), limit=REPLY_LIMIT)
     except BadMessage as problem:
         return f"rank {rank.rank}'s result could not be read ({problem})"
     if not isinstance(rank.message, dict) or not ("ok" in rank.message or "error" in rank.message):
@@ -483,66 +406,23 @@ def run_alone(target, fn, case: dict, *, timeout: float = LAUNCH_TIMEOUT_S, peak
 
 
 def observe_on_ranks(salt: int, cases: dict[str, dict], target, fn, *, timeout: float = LAUNCH_TIMEOUT_S,
-                     gates=None, peaks=None, profiler: bool = False, quiet: bool = False, together=None) -> dict:
+                     gates=None, peaks=None, profiler: bool = False, quiet: bool = False) -> dict:
     """Every scenario observed on its own ranks (``case["world_size"]`` of them).
 
     ``gates(case)``: a scenario's gate policy (meter.py), or None for one without gates; ``peaks(case)``: whether a
     check judges the scenario's peak memory (``run_on_ranks``); ``profiler``: the targets profile, so the launcher
     starts the profiler once first (``warm_profiler``); ``quiet``: ranks write nothing on stderr. A rank's record
     says ``"forbidden": False`` unless its target says otherwise (``checking.rank_results`` requires the key).
-    ``together(case)``: the scenario's meter is read by no check, so it may share one launch with the other such
-    scenarios of its world size (``run_in_one_launch``): a launch's fixed cost (forks, joining the group, the first
-    collectives) is then paid once for all of them. A scenario with gates or judged peaks always runs alone.
     """
     return_freed_memory()  # in the launcher too: the ranks inherit its heap, and would reuse its free chunks
     if profiler:
         warm_profiler()
 
-    def shared(case: dict) -> bool:
-        return bool(together and together(case) and not (gates and gates(case)) and not (peaks and peaks(case)))
-
     def scenario(case: dict) -> dict:
         found = run_on_ranks(target, case["world_size"], fn, case, timeout=timeout, quiet=quiet,
                              gates=gates(case) if gates else None, peaks=bool(peaks and peaks(case)))
-        return _with_forbidden(found)
+        if "ranks" in found:
+            found["ranks"] = [{"forbidden": False, **r} if isinstance(r, dict) else r for r in found["ranks"]]
+        return found
 
-    groups: dict[int, list[dict]] = {}
-    for case in cases.values():
-        if shared(case):
-            groups.setdefault(case["world_size"], []).append(case)
-    done: dict[int, dict] = {}  # id(case) -> its result, once its group's launches ran
-
-    def in_group(case: dict) -> dict:
-        group = groups[case["world_size"]]
-        if id(case) not in done:
-            found = in_launches(lambda calls: run_in_one_launch(target, case["world_size"], calls, timeout=timeout,
-                                                                quiet=quiet), [(fn, c) for c in group])
-            done.update((id(c), _with_forbidden(f)) for c, f in zip(group, found))
-        return done[id(case)]
-
-    return observation(salt, cases, lambda case: in_group(case) if len(groups.get(case["world_size"], ())) > 1
-                       and shared(case) else scenario(case))
-
-
-def in_launches(launch, calls: list[tuple]) -> list[dict]:
-    """A result for each call, from as few launches as failures allow: ``launch(calls)`` runs calls one after another
-    in the same processes and returns the results up to the first that failed (``run_in_one_launch``). A failure
-    counts only where it happened first in its launch (as in a process of its own); the calls answered before it in
-    that launch run again in one that ends as it should (the failed launch's meter misses what its killed ranks
-    used), and the failed call then runs at the head of a launch of its own."""
-    results: list[dict] = []
-    limit = len(calls)
-    while len(results) < len(calls):
-        found = launch(calls[len(results):len(results) + limit])
-        if "error" in found[-1] and (len(found) > 1 or found[-1].get("late")):
-            limit = max(1, len(found) - 1)
-            continue
-        results.extend(found)
-        limit = len(calls)
-    return results
-
-
-def _with_forbidden(found: dict) -> dict:
-    if "ranks" in found:
-        found["ranks"] = [{"forbidden": False, **r} if isinstance(r, dict) else r for r in found["ranks"]]
-    return found
+    return observation(salt, cases, scenario)
