@@ -199,6 +199,17 @@ def diagnosed(exercise: str, source: str):
     return results, diagnose(ex, student, reference, results)
 
 
+def localised_without_a_cause(exercise: str, source: str, phrases):
+    """The variant fails, gets no confident cause, and its localisation says every phrase."""
+    results, diagnosis = diagnosed(exercise, source)
+    assert not all(r.passed for r in results)
+    assert diagnosis.kind != "cause", f"a confident cause that is not this mistake: {diagnosis.cause_id}"
+    located = " ".join(diagnosis.located)
+    for phrase in phrases:
+        assert phrase in located, (phrase, diagnosis.located)
+    return results, diagnosis
+
+
 @pytest.mark.parametrize("name", list(_params()))
 def test_uncatalogued_mistake_is_localised(name):
     exercise, source, phrases = UNCATALOGUED[name][:3]
@@ -313,12 +324,7 @@ def test_every_renderer_leads_with_the_localisation_and_withholds_the_advice_it_
 @pytest.mark.parametrize("name", list(CRASHES) + list(PATTERNS))
 def test_crashes_and_patterns_are_localised(name):
     exercise, source, phrases = {**CRASHES, **PATTERNS}[name]
-    results, diagnosis = diagnosed(exercise, source)
-    assert not all(r.passed for r in results)
-    assert diagnosis.kind != "cause", f"a confident cause that is not this mistake: {diagnosis.cause_id}"
-    located = " ".join(diagnosis.located)
-    for phrase in phrases:
-        assert phrase in located, (phrase, diagnosis.located)
+    results, diagnosis = localised_without_a_cause(exercise, source, phrases)
 
 
 @pytest.mark.parametrize("name", list(SAME_EFFECT))
@@ -379,12 +385,7 @@ RANK_CRASHES = {  # name: (exercise, cell, phrases)
                                   for n, e in CONTRADICTED.items()])
 def test_a_sign_its_variants_never_show_is_no_confident_cause(name):
     exercise, source, phrases = CONTRADICTED[name][:3]
-    results, diagnosis = diagnosed(exercise, source)
-    assert not all(r.passed for r in results)
-    assert diagnosis.kind != "cause", f"a confident cause that is not this mistake: {diagnosis.cause_id}"
-    located = " ".join(diagnosis.located)
-    for phrase in phrases:
-        assert phrase in located, (phrase, diagnosis.located)
+    results, diagnosis = localised_without_a_cause(exercise, source, phrases)
 
 
 @pytest.mark.slow
@@ -486,12 +487,7 @@ INSIDE = {  # name: (exercise, cell, phrases, ranks: slow)
                                   for n, e in INSIDE.items()])
 def test_where_inside_a_result_and_by_what_relation(name):
     exercise, source, phrases = INSIDE[name][:3]
-    results, diagnosis = diagnosed(exercise, source)
-    assert not all(r.passed for r in results)
-    assert diagnosis.kind != "cause", f"a confident cause that is not this mistake: {diagnosis.cause_id}"
-    located = " ".join(diagnosis.located)
-    for phrase in phrases:
-        assert phrase in located, (phrase, diagnosis.located)
+    results, diagnosis = localised_without_a_cause(exercise, source, phrases)
     assert phrases[0] in format_report(exercise, results, diagnosis)[:600]  # where the student reads first
 
 
