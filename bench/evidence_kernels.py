@@ -24,9 +24,10 @@ DEFINES = ("def rmsnorm_fwd_kernel", "class FusedRMSNorm", "def flash_fwd_kernel
            "def linear_ce_fwd_kernel", "class FusedLinearCrossEntropy")
 
 
-def lesson_kernels() -> dict:
-    """The namespace of the lesson's cells that define its kernels and their autograd Functions."""
-    cells = [("".join(c["source"])) for c in json.loads(LESSON.read_text())["cells"] if c["cell_type"] == "code"]
+def lesson_kernels(edit=lambda source: source) -> dict:
+    """The namespace of the lesson's cells that define its kernels and their autograd Functions (``edit``: a change
+    to each cell's source first, for a test that plants a defect)."""
+    cells = [edit("".join(c["source"])) for c in json.loads(LESSON.read_text())["cells"] if c["cell_type"] == "code"]
     namespace = {"__name__": "lesson10_kernels"}
     for number, source in enumerate([PREAMBLE, *(s for s in cells if any(d in s for d in DEFINES))]):
         filename = f"<lesson 10, cell {number}>"  # Triton reads a kernel's source: keep it where inspect looks

@@ -6,7 +6,9 @@ decides when a kernel is decorated, so ``triton_mode()`` must run before the les
 
 Running in the interpreter also lets the course *count* what a kernel does: every ``tl.load`` and ``tl.store``
 goes through one object of the interpreter, so ``count_traffic()`` sees the bytes each program moved (only the
-lanes its mask enables). That object is private to Triton: it is reached here only, through
+lanes its mask enables), and any enabled lane that addresses memory outside every tensor the kernel was given: on
+a GPU such a load or store is an illegal memory access (or reads a neighbour's bytes), while the interpreter reads
+whatever lies there without a word. That object is private to Triton: it is reached here only, through
 ``_interpreter_builder()`` (tests/coursekit/test_kernels.py). PyTorch's unfused operators are counted the same way by a
 dispatch mode (``eager_traffic``): each operator reads its inputs and writes its outputs once.
 """
@@ -77,6 +79,7 @@ class Traffic:
     loaded: Counter = field(default_factory=Counter)
     stored: Counter = field(default_factory=Counter)
     loads: Counter = field(default_factory=Counter)
+    outside: Counter = field(default_factory=Counter)  # enabled lanes addressing no tensor of the launch
 
     @property
     def bytes(self) -> int:
@@ -91,21 +94,41 @@ def _element_bytes(handle) -> int:
     return handle.get_element_ty().primitive_bitwidth // 8
 
 
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The addresses [start, end) a tensor's elements occupy (a view: its own elements, not its whole storage)."""
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) if t.numel() else -1
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
+def _outside(ptrs, mask, spans) -> int:
+    """How many enabled lanes of a load or store address memory in none of ``spans``."""
+    addresses, width = ptrs.data[mask.data].astype("int64"), _element_bytes(ptrs)
+    inside = addresses < 0  # all False
+    for start, end in spans:
+        inside |= (addresses >= start) & (addresses + width <= end)
+    return int((~inside).sum())
+
+
 @contextmanager
-def count_traffic():
-    """Count the bytes every interpreted ``tl.load``/``tl.store`` moves inside the block, per program."""
+def count_traffic(tensors=()):
+    """Count the bytes every interpreted ``tl.load``/``tl.store`` moves inside the block, per program, and (given
+    the launch's ``tensors``) the enabled lanes that address none of them."""
     builder = _interpreter_builder()
     traffic = Traffic()
     load, store = builder.create_masked_load, builder.create_masked_store
+    spans = [_span(t) for t in tensors]
 
     def counted_load(ptrs, mask, *args):
         program = tuple(builder.grid_idx)
         traffic.loaded[program] += int(mask.data.sum()) * _element_bytes(ptrs)
         traffic.loads[program] += 1
+        traffic.outside[program] += _outside(ptrs, mask, spans) if spans else 0
         return load(ptrs, mask, *args)
 
     def counted_store(ptrs, value, mask, *args):
-        traffic.stored[tuple(builder.grid_idx)] += int(mask.data.sum()) * _element_bytes(ptrs)
+        program = tuple(builder.grid_idx)
+        traffic.stored[program] += int(mask.data.sum()) * _element_bytes(ptrs)
+        traffic.outside[program] += _outside(ptrs, mask, spans) if spans else 0
         return store(ptrs, value, mask, *args)
 
     builder.create_masked_load, builder.create_masked_store = counted_load, counted_store
@@ -117,9 +140,9 @@ def count_traffic():
 
 def traffic_of(kernel, grid, *args, **meta) -> Traffic:
     """Launch ``kernel[grid](*args, **meta)`` in the interpreter on CPU copies of its tensors and count its
-    traffic: the same numbers with or without a GPU."""
+    traffic: the same numbers with or without a GPU (``outside``: lanes that would fault on a GPU)."""
     args = [a.detach().cpu() if isinstance(a, torch.Tensor) else a for a in args]
-    with count_traffic() as traffic:
+    with count_traffic([a for a in args if isinstance(a, torch.Tensor)]) as traffic:
         interpreted(kernel)[grid](*args, **meta)
     return traffic
 

@@ -13,6 +13,9 @@
   rank's device (``torch.empty(n)`` works on gloo and fails on the first GPU); MiniFSDP's reference passes (it
   found the grader's own gradient norm summed on the host), and its gather buffer made with ``torch.empty(n)``
   instead of ``shard.new_empty`` (the kind of defect it once had) is caught.
+* Triton kernels touch only their tensors (``coursekit.kernels``): a lane outside every tensor of its launch is an
+  illegal memory access on a GPU and a silent read in the interpreter; Lesson 10's kernels are run at sizes their
+  blocks do not divide, and the fused cross-entropy without its vocabulary mask is caught.
 """
 import ast
 import json
@@ -262,3 +265,65 @@ def test_mini_fsdp_keeps_the_device_rule_and_its_old_defect_is_caught():
     assert defect != source
     with pytest.raises(RankFailed, match="would fail under NCCL: dist.all_gather_single"):
         launch(_mini_fsdp_losses, 2, defect, strict=True, timeout=60)
+
+
+# ---- 6. Triton kernels touch only their tensors -------------------------------------------------------------
+
+class _Watched:
+    """A lesson kernel whose every launch runs in the interpreter, counted with the tensors it was given."""
+
+    def __init__(self, kernel, launches: list):
+        from coursekit.kernels import interpreted
+        self.kernel, self.launches = interpreted(kernel), launches
+
+    def __getitem__(self, grid):
+        def launch(*args, **meta):
+            from coursekit.kernels import count_traffic
+            with count_traffic([a for a in args if isinstance(a, torch.Tensor)]) as traffic:
+                self.kernel[grid](*args, **meta)
+            self.launches.append(traffic)
+        return launch
+
+
+def _lesson10(edit=lambda source: source):
+    """Lesson 10's kernels and Functions, each kernel launch watched: (namespace, launches)."""
+    pytest.importorskip("triton")
+    from bench.evidence_kernels import lesson_kernels
+    from coursekit.kernels import triton_mode
+    triton_mode()  # the interpreter when there is no GPU, before the kernels are decorated
+    namespace, launches = lesson_kernels(edit), []
+    for name in [name for name in namespace if name.endswith("_kernel")]:
+        namespace[name] = _Watched(namespace[name], launches)
+    return namespace, launches
+
+
+def _every_kernel_at_sizes_that_are_not_multiples_of_its_blocks(lesson):
+    """RMSNorm forward and backward, FlashAttention (plain and causal), the fused linear + cross-entropy; every
+    input a view into a larger tensor, so a lane past the end reads mapped memory in the interpreter."""
+    torch.manual_seed(0)
+    inside = lambda *shape: torch.randn(shape[0] + 8, *shape[1:])[: shape[0]]
+    x, weight = inside(37, 200).requires_grad_(), inside(200).requires_grad_()
+    lesson["FusedRMSNorm"].apply(x, weight).sum().backward()
+    q, k, v = (inside(1, 2, 40, 16) for _ in range(3))
+    for causal in (False, True):
+        lesson["TritonFlashAttention"].apply(q, k, v, causal)
+    h, w = inside(37, 32).requires_grad_(), inside(1000, 32).requires_grad_()
+    lesson["FusedLinearCrossEntropy"].apply(h, w, torch.randint(0, 1000, (37,))).backward()
+
+
+def test_lesson10s_kernels_touch_only_the_tensors_they_are_given():
+    """A lane outside every tensor of its launch is an illegal memory access on a GPU, which the interpreter reads
+    without a word: every kernel of Lesson 10, at sizes its blocks do not divide, keeps inside its tensors."""
+    lesson, launches = _lesson10()
+    _every_kernel_at_sizes_that_are_not_multiples_of_its_blocks(lesson)
+    assert len(launches) == 5 and all(t.bytes for t in launches)
+    assert [sum(t.outside.values()) for t in launches] == [0] * 5
+
+
+def test_a_kernel_that_reads_past_the_vocabulary_is_caught():
+    """The fused cross-entropy's last chunk of W without its mask: right values here (its logits are masked to
+    −inf afterwards), 24 rows of W read past the end, which a GPU does not forgive."""
+    unmasked = lambda source: source.replace("mask=in_vocab[:, None], other=0.0", "")
+    lesson, launches = _lesson10(unmasked)
+    _every_kernel_at_sizes_that_are_not_multiples_of_its_blocks(lesson)
+    assert [sum(t.outside.values()) > 0 for t in launches] == [False] * 4 + [True]

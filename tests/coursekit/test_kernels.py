@@ -119,3 +119,19 @@ def test_roofline_names_the_bound():
     assert bound == "memory" and seconds == pytest.approx(1.0)
     seconds, bound = roofline_seconds("NVIDIA H100 80GB HBM3", 1.0, 989e12)
     assert bound == "compute" and seconds == pytest.approx(1.0)
+
+
+@triton.jit
+def add_without_mask(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) + tl.load(y_ptr + offsets))
+
+
+def test_lanes_outside_every_tensor_are_counted_per_program():
+    """What a GPU refuses (an illegal memory access) and the interpreter quietly reads: the last block's lanes
+    past n, three accesses of 1024 - 1000 lanes each, all in the last program."""
+    x, y, out = torch.randn(1000), torch.randn(1000), torch.empty(1000)
+    assert sum(traffic_of(add_kernel, (4,), x, y, out, 1000, BLOCK=256).outside.values()) == 0
+    unmasked = traffic_of(add_without_mask, (4,), torch.randn(1024)[:1000], torch.randn(1024)[:1000],
+                          torch.empty(1024)[:1000], 1000, BLOCK=256)  # views: the lanes past n stay in memory
+    assert dict(+unmasked.outside) == {(3, 0, 0): 3 * 24}
