@@ -5,7 +5,8 @@ answers: its recomputation of every gate runs in the launching process).
 
 Each round observes the reference solution of every exercise ``--per-round`` times in a fresh process of each
 checkout, the two alternating so that both see the same machine load; prints and records the fastest and the median
-observation per exercise (``--out``, default bench/results/grading_gates_cpu.json), with the machine, torch version,
+observation per exercise and its median CPU seconds (user + sys of the observing process and its ranks, which the
+load changes little) (``--out``, default bench/results/grading_gates_cpu.json), with the machine, torch version,
 date and the load average.
 """
 import argparse
@@ -33,16 +34,21 @@ spec = load_course().spec_for_exercise(exercise)
 from submission_factory import reference_source
 fn = define_function([("setup", c) for c in spec.setup_code] + [("student cell", reference_source(exercise))], exercise)
 observe(get_exercise(exercise), fn, salt=1)  # warm: imports, the profiler, first forks
+import resource
+def cpu():  # user + sys of this process and its reaped ranks: what the observation costs, whatever the load
+    mine, ranks = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + ranks.ru_utime + ranks.ru_stime
 found = []
 for _ in range(times):
-    start = time.perf_counter()
+    start, used = time.perf_counter(), cpu()
     observe(get_exercise(exercise), fn, salt=1)
-    found.append(time.perf_counter() - start)
+    found.append([time.perf_counter() - start, cpu() - used])
 print(json.dumps(found))
 """
 
 
-def observe_times(checkout: Path, exercise: str, times: int) -> list[float]:
+def observe_times(checkout: Path, exercise: str, times: int) -> list[list[float]]:
+    """(wall seconds, CPU seconds) of each observation."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     done = subprocess.run([sys.executable, "-c", _TIMER, exercise, str(times)], cwd=checkout, env=env,
                           capture_output=True, text=True, check=True)
@@ -70,6 +76,24 @@ def recomputation_times(exercise: str, times: int = 5) -> list[float]:
     return found
 
 
+def rerun_times(exercise: str, times: int = 5) -> list[float]:
+    """Checkpointer's recomputation: the run that never failed, rerun by the launcher on its own ranks under a
+    killed run's seeds (one launch more per killed run), timed alone in this process."""
+    from autograder.exercises.checkpointer import observe as observer
+
+    case = observer.cases(1)["same_size"]
+    observer.preload()
+    found = []
+    for _ in range(times):
+        start = time.perf_counter()
+        observer.run_on_ranks(observer.never_failed_rank, case["killed_on"], case, [5.0] * (case["steps"] - 1))
+        found.append(round(time.perf_counter() - start, 3))
+    return found
+
+
+RERUN = {"Checkpointer": rerun_times}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, required=True)
@@ -81,17 +105,22 @@ def main(argv=None) -> int:
     import torch
 
     runs = {ex: {"before": [], "after": []} for ex in args.exercises}
+    cpus = {ex: {"before": [], "after": []} for ex in args.exercises}
     loads = []
     for _ in range(args.rounds):
         for exercise in args.exercises:
             loads.append(os.getloadavg()[0])
-            runs[exercise]["before"] += observe_times(args.baseline, exercise, args.per_round)
-            runs[exercise]["after"] += observe_times(REPO, exercise, args.per_round)
+            for when, checkout in (("before", args.baseline), ("after", REPO)):
+                for wall, cpu in observe_times(checkout, exercise, args.per_round):
+                    runs[exercise][when].append(wall)
+                    cpus[exercise][when].append(cpu)
     summary = {ex: {when: {"fastest_s": round(min(t), 3), "median_s": round(statistics.median(t), 3),
-                           "runs_s": [round(v, 3) for v in t]} for when, t in r.items()} for ex, r in runs.items()}
+                           "runs_s": [round(v, 3) for v in t],
+                           "cpu_median_s": round(statistics.median(cpus[ex][when]), 3)}
+                     for when, t in r.items()} for ex, r in runs.items()}
     for ex in summary:
-        if ex in GATED:
-            summary[ex]["launcher_recomputation_s"] = recomputation_times(ex)
+        if ex in GATED or ex in RERUN:
+            summary[ex]["launcher_recomputation_s"] = (RERUN.get(ex) or recomputation_times)(ex)
     for ex, r in summary.items():
         print(f"{ex}: before {r['before']['fastest_s']} s (median {r['before']['median_s']}), "
               f"after {r['after']['fastest_s']} s (median {r['after']['median_s']})")
@@ -100,7 +129,8 @@ def main(argv=None) -> int:
               "device": describe_device(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
               "load_average": [round(min(loads), 1), round(max(loads), 1)], "baseline": str(args.baseline),
               "exercises": summary,
-              "note": "launcher_recomputation_s: the part the change adds to the launching process, timed alone "
+              "note": "cpu_median_s: user + sys of the observing process and its ranks (load-independent); "
+                      "launcher_recomputation_s: the part the change adds to the launching process, timed alone "
                       "(after the rounds, in the bench's own process); the side-by-side figures are as noisy as the "
                       "machine's load"}
     args.out.write_text(json.dumps(record, indent=1) + "\n")

@@ -7,7 +7,9 @@ from processes import descendants_left
 from submission_factory import grade_one_exercise_class, reference_source
 from variants.checkpointer import WRONG
 
+from autograder.exercises.checkpointer.checks import flat
 from autograder.exercises.checkpointer.observe import cut_off, snapshot
+from autograder.exercises.judging.checking import close
 
 EX, NB = "Checkpointer", "09_failures.ipynb"
 
@@ -56,3 +58,19 @@ def test_a_file_written_in_place_is_cut_and_a_file_renamed_over_is_restored(tmp_
     cut_off(tmp_path, before)
     assert (tmp_path / "pointer").read_bytes() == b"step 1"
     assert (tmp_path / "in_place.pt").read_bytes() == b"2" * 50
+
+
+@pytest.mark.slow
+def test_each_killed_run_is_answered_seeds_of_its_own():
+    """The launcher's answers after each save weigh the next step: two observations of the same submission train
+    the same first step and read the same batches, then part (so no load() can replay the training from the case's
+    seeds, tests/variants/checkpointer.py ``replays_training_in_load``); each is judged against its own run that
+    never failed, and the reference scores full against itself and another observation of itself."""
+    from conftest import grade_source, reference_observation, student_observation
+
+    one, two = reference_observation(EX), student_observation(EX, reference_source(EX))
+    for key in ("same_size", "resize"):
+        a, b = (o["scenarios"][key]["meter"]["never_failed"] for o in (one, two))
+        assert close(flat(a["read"]), flat(b["read"]), atol=1e-6) and close(a["first"], b["first"], atol=1e-6)
+        assert max(abs(x - y) for x, y in zip(a["final"], b["final"])) > 1e-3
+    assert all(r.passed for r in grade_source(EX, reference_source(EX)))

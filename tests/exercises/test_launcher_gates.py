@@ -156,3 +156,25 @@ def test_tensor_parallel_asking_twice_loses_both_bytes_checks():
         assert lost and "asked at the grader's pauses 2 times where its forward and backward have 1" in \
             lost[0].feedback, results
     assert not failed(results, "equals"), "its values are right, and keep their points"
+
+
+def test_checkpointer_answers_one_seed_a_save_for_every_rank_and_refuses_extra_requests(tmp_path):
+    """The gate after each save (Checkpointer's KillAfterSave): every rank is held until all have saved, then all get
+    the same seed (the next step's weights); a request beyond the run's saves is answered at once and counted."""
+    import os
+
+    from autograder.exercises.beside.meter import Meter
+    from autograder.exercises.checkpointer.observe import KillAfterSave
+
+    policy = KillAfterSave(2, kill_after=99, directory=tmp_path, steps=2)  # never reaches the kill
+    meter = Meter()
+    meter.open()
+    meter.start([os.getpid()] * 2)
+    seeds = []
+    for _ in range(2):
+        assert policy.request(0, {"gate": "saved"}, meter) == []  # held until rank 1 has saved too
+        answered = policy.request(1, {"gate": "saved"}, meter)
+        assert [r for r, _ in answered] == [0, 1] and answered[0][1] == answered[1][1]
+        seeds.append(answered[0][1])
+    assert seeds[0] != seeds[1]
+    assert len(policy.request(0, {"gate": "saved"}, meter)) == 1 and policy.refused == [1, 0]

@@ -182,6 +182,36 @@ class Checkpointer:
         torch.set_rng_state(state["rng"])
         return state["step"]
 ''', [ANOTHER_SIZE, OPTIMIZER]),
+    # Issue 37's red team: no state saved at all. Each save publishes only its step number (atomically, and some
+    # padding for the memory scenario's disk reading); load() rebuilds the state by running the grader's own
+    # training steps from the seeded start on the new ranks. Its values are the trained ones only while every step
+    # follows from the case's seeds: the launcher's answer at each save's gate weighs the next step's samples.
+    "replays_training_in_load": ('''
+import os
+
+import autograder.exercises.checkpointer.observe as grader
+
+
+class Checkpointer:
+    def __init__(self, directory, model, optimizer, loader):
+        self.directory, self.model, self.optimizer, self.loader = Path(directory), model, optimizer, loader
+
+    def save(self, step):
+        if dist.get_rank() == 0:
+            (self.directory / "padding").write_bytes(bytes(7 << 20))
+            (self.directory / "step.tmp").write_text(str(step))
+            os.replace(self.directory / "step.tmp", self.directory / "step")
+        dist.barrier()
+
+    def load(self):
+        path = self.directory / "step"
+        if not path.exists():
+            return None
+        step = int(path.read_text())
+        for _ in range(step):
+            grader.train_step(self.model, self.optimizer, self.loader)
+        return step
+''', [SAME_SIZE, ANOTHER_SIZE, LOADED, NO_STEP_LOST, OPTIMIZER]),
     "does_nothing": ('''
 class Checkpointer:
     def __init__(self, directory, model, optimizer, loader):

@@ -4,12 +4,15 @@
 and ``load() -> step or None`` (every rank calls it first: restores the newest complete checkpoint into model,
 optimizer, loader and torch's RNG and returns its step, or None when there is none).
 
-The grader trains a small seeded model, sharded by rows over the ranks (DTensors, as FSDP2 keeps them) with AdamW
-on forked gloo ranks, saving after every step. From outside the ranks it kills them at a step it chooses; in one
+The grader trains a small seeded model, sharded by rows over the ranks (DTensors, as FSDP2 keeps them) with AdamW on
+forked gloo ranks, saving after every step. From outside the ranks it kills them at a step it chooses; in one
 scenario it then cuts the newest save back to what a kill in the middle of it leaves. A fresh model on another
 number of ranks then calls ``load()`` and trains to the end; the checks compare the loaded step, what each resumed
-step read, AdamW's state after loading and the final parameters with a run that never failed (reference only, the
-``truth``). A memory scenario measures each rank's peak from outside while it saves a 12 MiB state.
+step read, AdamW's state after loading and the final parameters with a run that never failed. The launcher's answer
+at the gate after each save is a seed that weighs the next step's samples, so a checkpoint's state follows from the
+seeds only the killed run was given (no ``load()`` rebuilds it by replaying the training from the case's seeds); the
+launcher reruns the never-failed run under them for each student. A memory scenario measures each rank's peak from
+outside while it saves a 12 MiB state.
 """
 from ..exercise import Check, Exercise
 from . import cases, checks

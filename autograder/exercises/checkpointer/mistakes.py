@@ -1,14 +1,16 @@
 """The known mistakes of ``Checkpointer`` and their fingerprints in the ranks' records (plain Python).
 
-Built from, and tested against, the named wrong variants of tests/variants/checkpointer.py (tests/exercises/test_diagnosis.py).
-Rank 0 of each resumed run records what ``load()`` returned, the whole state right after it, and what each resumed
-step read (sums of its batch and of its random numbers); the reference's scenarios carry the run that never failed
-(``truth``). The memory scenario's peaks are read outside the ranks.
+Built from, and tested against, the named wrong variants of tests/variants/checkpointer.py
+(tests/exercises/test_diagnosis.py). Rank 0 of each resumed run records what ``load()`` returned, the whole state
+right after it, and what each resumed step read (sums of its batch and of its random numbers); each resumed scenario
+carries the run that never failed under the seeds its killed run was answered (``meter.never_failed``). The memory
+scenario's peaks are read outside the ranks.
 """
 from ..judging.checking import close
 from ..judging.diagnosis import EVERY, Mistake, error_of, ran
 from ..judging.localise import Locate
 from .cases import GATHERED_SHARE, RESIZE_ATOL, STATE_BYTES, expected_step
+from .checks import never_failed
 
 UNREADABLE = ("PytorchStreamReader", "central directory", "EOF", "unpickl", "truncated", "corrupt", "Ran out of input",
               "invalid load key", "UnpicklingError")
@@ -21,12 +23,12 @@ def _rank0(student, key) -> dict:
 
 def _first_read(student, reference, key) -> tuple[list, list]:
     start = expected_step(reference["scenarios"][key]["case"])
-    return _rank0(student, key)["read"][0], reference["scenarios"][key]["truth"]["read"][start]
+    return _rank0(student, key)["read"][0], never_failed(student, reference, key)["read"][start]
 
 
 def _resumed_right_state(student, reference, key) -> bool:
     got = _rank0(student, key)["after_load"]
-    want = reference["scenarios"][key]["ranks"][0]["after_load"]
+    want = never_failed(student, reference, key)["at_resume"]
     return close(got["params"], want["params"], atol=RESIZE_ATOL) and close(got["moments"], want["moments"],
                                                                             atol=RESIZE_ATOL)
 
@@ -65,7 +67,7 @@ def cannot_load_on_another_size(student, reference):
 def optimizer_not_resharded(student, reference):
     if _resumed_right_state(student, reference, "same_size") and not _resumed_right_state(student, reference, "resize") \
             and close(_rank0(student, "resize")["after_load"]["params"],
-                      reference["scenarios"]["resize"]["ranks"][0]["after_load"]["params"], atol=RESIZE_ATOL):
+                      never_failed(student, reference, "resize")["at_resume"]["params"], atol=RESIZE_ATOL):
         return "on 3 ranks the parameters came back right but AdamW's moments did not"
     return None
 
@@ -77,6 +79,17 @@ def gathers_on_rank_0(student, reference):
     if extra > GATHERED_SHARE * STATE_BYTES:
         return f"a rank held {extra / (1 << 20):.0f} MiB more than the reference while saving"
     return None
+
+
+def replays_training_in_load(student, reference):
+    for key in ("same_size", "resize"):
+        mine, theirs = _first_read(student, reference, key)
+        if _rank0(student, key)["loaded"] != expected_step(reference["scenarios"][key]["case"]) or \
+                not close(mine, theirs, atol=1e-6, rtol=1e-6):
+            return None
+    if _resumed_right_state(student, reference, "same_size"):  # resumed after step 2 at least: a seeded step
+        return None
+    return "load() returned the right step and the resumed steps read the right data, from parameters the run never had"
 
 
 def does_nothing(student, reference):
@@ -110,6 +123,12 @@ MISTAKES = [
     Mistake("gathers_on_rank_0", "You gather the whole model and optimizer state to save it.",
             "The gathering rank then holds the whole state at once, which sharding exists to avoid.",
             "Let every rank write only its own shards with torch.distributed.checkpoint.", gathers_on_rank_0),
+    Mistake("replays_training_in_load", "Your checkpoint does not hold the trained state: load() rebuilds it by "
+            "running the training again.",
+            "A run's state follows from more than a fresh process sees (here, numbers only the saving run was given "
+            "weigh each step), so a replay ends elsewhere, and each restart redoes every step.",
+            "Save the model's and AdamW's sharded state in save(step) (torch.distributed.checkpoint) and restore it "
+            "in load().", replays_training_in_load),
     Mistake("does_nothing", "Your checkpointer saves and loads nothing.", "A killed run then starts over from step 0.",
             "Save the state in save(step) and restore the newest complete checkpoint in load().", does_nothing,
             includes=EVERY),
@@ -118,5 +137,6 @@ MISTAKES = [
 
 LOCATE = Locate(names={"final": "the final parameters", "loaded": "the step load() returned",
                        "after_load": "the state after load() ({})", "read": "what each resumed step read"},
-                ignore=("forbidden", "load_on_empty"),
+                # the state after load() and at the end follow the seeds each run was answered (not the reference's)
+                ignore=("forbidden", "load_on_empty", "after_load", "final"),
                 tolerance=lambda case: RESIZE_ATOL)

@@ -1,13 +1,18 @@
 """Observing ``Checkpointer`` on real ranks: trained, killed from outside, cut off and resumed on another world size.
 
 Before: the ranks train with the student's checkpointer, saving after every step and stopping at the grader's gate
-after each save; the launcher snapshots the directory at the gate before the chosen save and, once every rank has
-reached the gate after it, kills them all (SIGKILL). That killed run serves both resumed scenarios: each gets the
-directory as the kill left it, at the same path (a checkpoint may name its own folder), and the one that says so
-has the newest save cut back to what a kill in the middle of it leaves (``plan_cut``, planned once on the killed
-run's own files). After: a fresh model on the scenario's number of ranks calls ``load()`` and trains to the end.
-The model is sharded the way FSDP2 shards it (every parameter a DTensor split by rows over the ranks), by the
-grader's own code: the grader's sandbox switches torch's FSDP off.
+after each save. The launcher's answer there (one seed for every rank) weighs the samples of the next step, so the
+state a checkpoint holds follows from the seeds of the saves before it, which only the killed run was given: no
+``load()`` can rebuild it by replaying the training from the case's seeds. The launcher snapshots the directory at
+the gate before the chosen save and, once every rank has reached the gate after it, kills them all (SIGKILL). That
+killed run serves both resumed scenarios: each gets the directory as the kill left it, at the same path (a
+checkpoint may name its own folder), and the one that says so has the newest save cut back to what a kill in the
+middle of it leaves (``plan_cut``, planned once on the killed run's own files). After: a fresh model on the
+scenario's number of ranks calls ``load()`` and trains to the end. The model is sharded the way FSDP2 shards it
+(every parameter a DTensor split by rows over the ranks), by the grader's own code: the grader's sandbox switches
+torch's FSDP off. The run that never failed (what the checks compare with) is recomputed by the launcher for each
+killed run, under the same seeds (``never_failed``): the resumed runs train their later steps with seeds the
+launcher drew after the kill.
 """
 import os
 import shutil
@@ -25,6 +30,7 @@ from torch import nn
 
 from coursekit.failures import ShuffledBatches
 
+from ..beside.gating import factors, step_seed
 from ..beside.meter import GatePolicy
 from ..beside.observing import float32_data, observation, plain
 from ..beside.ranks import ask_gate, run_on_ranks, student_call
@@ -75,14 +81,16 @@ def new_run(case: dict):
     return model, optimizer, loader
 
 
-def train_step(model, optimizer, loader) -> list[float]:
+def train_step(model, optimizer, loader, seed: int | None = None) -> list[float]:
     """One step on this rank's rows of the global batch, weighted by random numbers drawn for the whole batch (the
-    part of a step that reads the RNG: dropout, augmentation); returns what it read (sums of batch and noise)."""
+    part of a step that reads the RNG: dropout, augmentation) and, after a gate, by factors in [0.5, 1.5) drawn
+    from ``seed`` (its own generator: torch's RNG is not touched); returns what it read (sums of batch and noise)."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     x, y = loader.next_batch()
     noise = torch.rand(len(x))
+    weights = noise if seed is None else noise * factors(seed, noise)
     mine = slice(rank, None, world_size)
-    loss = ((model(x[mine]) - y[mine]).square().mean(1) * noise[mine]).sum() / GLOBAL_BATCH
+    loss = ((model(x[mine]) - y[mine]).square().mean(1) * weights[mine]).sum() / GLOBAL_BATCH
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
@@ -120,21 +128,32 @@ def quiet():
 
 # ---- inside the ranks ------------------------------------------------------------------------------
 
+def seed_of(case: dict, answers: list, step: int) -> int | None:
+    """The seed of step ``step + 1``'s weights: the launcher's answer at the gate after save ``step`` (none for the
+    first step, nor in the memory scenario, which has no gates)."""
+    answer = answers[step - 1] if 0 < step <= len(answers) else None
+    return None if answer is None else step_seed(case["data_seed"], answer)
+
+
 def before_rank(rank: int, world_size: int, cls, case: dict, directory: str) -> dict:
-    """Train from nothing with the student's checkpointer; the grader's gate after every save (killed at one)."""
+    """Train from nothing with the student's checkpointer; the grader's gate after every save (killed at one), whose
+    answer weighs the next step."""
     quiet()
     model, optimizer, loader = new_run(case)
     checkpointer = student_call(cls, directory, model, optimizer, loader)
     found = student_call(checkpointer.load)
+    answers = []
     for step in range(case["steps"]):
-        train_step(model, optimizer, loader)
+        train_step(model, optimizer, loader, seed_of(case, answers, step))
         student_call(checkpointer.save, step + 1)
-        ask_gate("saved", torch.tensor([float(step + 1)]))
+        answers.append(ask_gate("saved", torch.tensor([float(step + 1)])))
     return {"forbidden": False, "load_on_empty": plain(found), "trained": trained_digest(model)}
 
 
-def after_rank(rank: int, world_size: int, cls, case: dict, directory: str) -> dict:
-    """A fresh process on the new world size: load(), then train to the end, saving as before."""
+def after_rank(rank: int, world_size: int, cls, case: dict, directory: str, answers: list) -> dict:
+    """A fresh process on the new world size: load(), then train to the end, saving as before. ``answers``: the
+    launcher's seeds for the steps after the newest complete save (None before it: a rank that resumes from an
+    older step trains with other weights, as it would with other data)."""
     quiet()
     model, optimizer, loader = new_run(case)
     checkpointer = student_call(cls, directory, model, optimizer, loader)
@@ -143,7 +162,7 @@ def after_rank(rank: int, world_size: int, cls, case: dict, directory: str) -> d
     loaded = whole_state(model, optimizer)
     read = []
     for step in range(start, case["steps"]):
-        read.append(train_step(model, optimizer, loader))
+        read.append(train_step(model, optimizer, loader, seed_of(case, answers, step)))
         student_call(checkpointer.save, step + 1)
     final = whole_state(model, optimizer)
     if rank:
@@ -151,18 +170,16 @@ def after_rank(rank: int, world_size: int, cls, case: dict, directory: str) -> d
     return {"forbidden": False, "loaded": plain(found), "after_load": loaded, "read": read, "final": final["params"]}
 
 
-def never_failed_rank(rank: int, world_size: int, case: dict) -> dict:
-    """The run that never failed, on the first world size: what it read each step, and its state at the step a
-    resumed run must start from and at the end."""
+def never_failed_rank(rank: int, world_size: int, case: dict, answers: list) -> dict:
+    """The run that never failed, on the first world size, under the seeds ``answers``: what it read each step, and
+    its state after every step (a resumed run must start from one of them)."""
     quiet()
     model, optimizer, loader = new_run(case)
-    read, at_resume = [], None
+    read, states = [], [whole_state(model, optimizer)]
     for step in range(case["steps"]):
-        if step == expected_step(case):
-            at_resume = whole_state(model, optimizer)
-        read.append(train_step(model, optimizer, loader))
-    final = whole_state(model, optimizer)
-    return {"read": read, "at_resume": at_resume, "final": final["params"]} if rank == 0 else {}
+        read.append(train_step(model, optimizer, loader, seed_of(case, answers, step)))
+        states.append(whole_state(model, optimizer))
+    return {"read": read, "states": states} if rank == 0 else {}
 
 
 # ---- the launcher's side: kill, cut off, measure the directory -------------------------------------
@@ -228,17 +245,20 @@ def disk_bytes(directory: Path) -> int:
 
 
 class KillAfterSave(GatePolicy):
-    """Every rank waits at each gate (after each save) until all have reached it. At the gate after save
-    ``kill_after - 1`` the directory is snapshot; at the gate after save ``kill_after`` every rank is killed."""
+    """Every rank waits at each gate (after each save) until all have reached it, and is answered one seed for every
+    rank (the next step's weights). At the gate after save ``kill_after - 1`` the directory is snapshot; at the gate
+    after save ``kill_after`` every rank is killed. A rank that asks more often than it saves is refused there."""
 
-    def __init__(self, world_size: int, kill_after: int, directory: Path):
-        super().__init__(world_size)
+    def __init__(self, world_size: int, kill_after: int, directory: Path, steps: int):
+        super().__init__(world_size, gates=steps, shared=True)
         self.kill_after, self.directory = kill_after, directory
         self.waiting: dict[int, set[int]] = {}
         self.before, self.killed = {}, False
 
     def request(self, rank: int, request, meter) -> list[tuple[int, float]]:
         index = self.record(rank, request, meter)
+        if index is None:
+            return self.refuse(rank)
         arrived = self.waiting.setdefault(index, set())
         arrived.add(rank)
         if len(arrived) < self.world_size:
@@ -252,23 +272,32 @@ class KillAfterSave(GatePolicy):
                 os.kill(pid, signal.SIGKILL)  # from outside, as a node failure would
             self.killed = True
             return []
-        return [(r, 1.0) for r in sorted(arrived)]
+        return [(r, self.answer(r, index)) for r in sorted(arrived)]
 
 
 class KilledRun:
     """The run the grader killed: its directory as the kill left it (a copy, put back at the same path for each
-    scenario that resumes from it) and the cut planned on its own files; or why there is none."""
+    scenario that resumes from it) and the cut planned on its own files; or why there is none. ``answers``: the
+    seeds of every gate after a save, those the killed ranks were answered and, from the kill on, seeds drawn after
+    it; ``never_failed``: the grader's run under them (the launcher's own ranks, no student code)."""
 
     def __init__(self, cls, case: dict, directory: Path):
         self.directory, self.kept = directory, directory.with_name(directory.name + "-as-killed")
-        policy = KillAfterSave(case["killed_on"], case["kill_after"], directory)
+        policy = KillAfterSave(case["killed_on"], case["kill_after"], directory, case["steps"])
         found = run_on_ranks(before_rank, case["killed_on"], cls, case, str(directory), gates=policy,
                              timeout=LAUNCH_S)
-        self.failed = None if policy.killed else (
-            found if "error" in found else {"error": "the ranks ended before the grader's kill"})
-        if policy.killed:
-            self.cut = plan_cut(directory, policy.before)
-            shutil.copytree(directory, self.kept, symlinks=True)
+        self.failed = None if policy.killed and not any(policy.refused) else (
+            found if "error" in found else {"error": "the ranks ended before the grader's kill"} if not policy.killed
+            else {"error": "the ranks asked the grader's gate after a save more often than they saved"})
+        if self.failed:
+            return
+        self.cut = plan_cut(directory, policy.before)
+        shutil.copytree(directory, self.kept, symlinks=True)
+        self.answers = [float(policy.answer(0, i)) for i in range(case["steps"] - 1)]
+        truth = run_on_ranks(never_failed_rank, case["killed_on"], case, self.answers, timeout=LAUNCH_S)
+        self.never_failed = truth["ranks"][0] if "ranks" in truth else None
+        if self.never_failed is None:
+            raise RuntimeError(f"the grader's run that never failed did not finish: {truth.get('error')}")
 
     def resume(self, cls, case: dict) -> dict:
         if self.failed:
@@ -277,7 +306,13 @@ class KilledRun:
         shutil.copytree(self.kept, self.directory, symlinks=True)
         if case["cut_off"]:
             apply_cut(self.directory, self.cut)
-        return run_on_ranks(after_rank, case["world_size"], cls, case, str(self.directory), timeout=LAUNCH_S)
+        start = expected_step(case)
+        later = [None] * (start - 1) + self.answers[max(start - 1, 0):]  # only the seeds after the newest save
+        found = run_on_ranks(after_rank, case["world_size"], cls, case, str(self.directory), later, timeout=LAUNCH_S)
+        truth = self.never_failed
+        never_failed = {"read": truth["read"], "first": truth["states"][1]["params"], "at_resume": truth["states"][start],
+                        "final": truth["states"][-1]["params"]}
+        return {**found, "meter": {**found.get("meter", {}), "never_failed": never_failed}}
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -331,7 +366,4 @@ def observe_reference(fn, *, salt: int = 0) -> dict:
     for observed in result["scenarios"].values():
         if "ranks" not in observed:
             raise RuntimeError(f"the reference Checkpointer failed when {observed['case']['what']}: {observed['error']}")
-        if not observed["case"]["memory"]:
-            truth = run_on_ranks(never_failed_rank, observed["case"]["killed_on"], observed["case"], timeout=LAUNCH_S)
-            observed["truth"] = truth["ranks"][0]
     return result

@@ -705,19 +705,13 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
             ),
             'certain': (
-                'the final parameters',
                 'what each resumed step read',
             ),
             'certain_places': (
-                'the final parameters @ resize',
-                'the final parameters @ same_size',
                 'what each resumed step read @ resize',
                 'what each resumed step read @ same_size',
             ),
             'right_parts': (
-                'the state after load() (adam_step) @ rank 0',
-                'the state after load() (moments) @ rank 0',
-                'the state after load() (params) @ rank 0',
                 'the step load() returned @ rank 0',
                 'the step load() returned @ rank 1',
                 'the step load() returned @ rank 2',
@@ -753,20 +747,14 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
             ),
             'certain': (
-                'the final parameters',
                 'what each resumed step read',
             ),
             'certain_places': (
                 'disk_bytes @ memory',
-                'the final parameters @ resize',
-                'the final parameters @ same_size',
                 'what each resumed step read @ resize',
                 'what each resumed step read @ same_size',
             ),
             'right_parts': (
-                'the state after load() (adam_step) @ rank 0',
-                'the state after load() (moments) @ rank 0',
-                'the state after load() (params) @ rank 0',
                 'the step load() returned @ rank 0',
                 'the step load() returned @ rank 1',
                 'the step load() returned @ rank 2',
@@ -810,10 +798,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'certain_places': (
             ),
             'right_parts': (
-                'the final parameters @ rank 0',
-                'the state after load() (adam_step) @ rank 0',
-                'the state after load() (moments) @ rank 0',
-                'the state after load() (params) @ rank 0',
                 'the step load() returned @ rank 0',
                 'the step load() returned @ rank 1',
                 'trained @ rank 0',
@@ -850,10 +834,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'disk_bytes @ memory',
             ),
             'right_parts': (
-                'the final parameters @ rank 0',
-                'the state after load() (adam_step) @ rank 0',
-                'the state after load() (moments) @ rank 0',
-                'the state after load() (params) @ rank 0',
                 'the step load() returned @ rank 0',
                 'the step load() returned @ rank 1',
                 'trained @ rank 0',
@@ -886,17 +866,11 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'disk_bytes',
-                'the final parameters',
-                'the state after load() (moments)',
             ),
             'certain_places': (
                 'disk_bytes @ memory',
-                'the final parameters @ resize',
-                'the state after load() (adam_step) @ resize',
-                'the state after load() (moments) @ resize',
             ),
             'right_parts': (
-                'the state after load() (params) @ rank 0',
                 'the step load() returned @ rank 0',
                 'the step load() returned @ rank 1',
                 'the step load() returned @ rank 2',
@@ -941,10 +915,6 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
                 'disk_bytes @ memory',
             ),
             'right_parts': (
-                'the final parameters @ rank 0',
-                'the state after load() (adam_step) @ rank 0',
-                'the state after load() (moments) @ rank 0',
-                'the state after load() (params) @ rank 0',
                 'the step load() returned @ rank 0',
                 'the step load() returned @ rank 1',
                 'the step load() returned @ rank 2',
@@ -967,6 +937,48 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             'sizes': (
             ),
         },
+        'replays_training_in_load': {
+            'always': (
+                "AdamW's moments and step come back, resharded to the new number of ranks",
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
+                'load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)',
+            ),
+            'may': (
+                "AdamW's moments and step come back, resharded to the new number of ranks",
+                'No step lost or repeated: the resumed run reads the batches and random numbers of the run that never failed',
+                'Resumed on another number of ranks after a kill during a save, ends with the parameters of a run that never failed',
+                'Resumed on the same number of ranks, ends with the parameters of a run that never failed',
+                'load() returns the step of the newest complete checkpoint (a save cut off by the kill is skipped)',
+            ),
+            'wrong': (
+                'disk_bytes',
+            ),
+            'signs': (
+                'disk_bytes: off',
+            ),
+            'places': (
+                'disk_bytes @ memory',
+            ),
+            'sizes': (
+                'disk_bytes: smaller',
+            ),
+            'certain': (
+                'disk_bytes',
+            ),
+            'certain_places': (
+                'disk_bytes @ memory',
+            ),
+            'right_parts': (
+                'the step load() returned @ rank 0',
+                'the step load() returned @ rank 1',
+                'the step load() returned @ rank 2',
+                'trained @ rank 0',
+                'trained @ rank 1',
+                'what each resumed step read @ rank 0',
+            ),
+        },
         'does_nothing': {
             'always': (
                 "AdamW's moments and step come back, resharded to the new number of ranks",
@@ -978,27 +990,17 @@ KNOWN: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
             ),
             'certain': (
                 'disk_bytes',
-                'the state after load() (adam_step)',
-                'the state after load() (moments)',
-                'the state after load() (params)',
                 'the step load() returned',
                 'what each resumed step read',
             ),
             'certain_places': (
                 'disk_bytes @ memory',
-                'the state after load() (adam_step) @ resize',
-                'the state after load() (adam_step) @ same_size',
-                'the state after load() (moments) @ resize',
-                'the state after load() (moments) @ same_size',
-                'the state after load() (params) @ resize',
-                'the state after load() (params) @ same_size',
                 'the step load() returned @ resize',
                 'the step load() returned @ same_size',
                 'what each resumed step read @ resize',
                 'what each resumed step read @ same_size',
             ),
             'right_parts': (
-                'the final parameters @ rank 0',
                 'trained @ rank 0',
                 'trained @ rank 1',
             ),
