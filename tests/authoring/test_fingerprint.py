@@ -16,16 +16,29 @@ VERSION = ("from autograder.grader.batch import _grader_version; from autograder
            "Limits; print(_grader_version({}, Sandbox('off', Limits(), None), None))")
 
 
-@pytest.fixture
-def copy(tmp_path):
+def copy_of_repo(target: Path) -> Path:
     """The repository's code and course, without the environment or git."""
-    target = tmp_path / "repo"
     ignore = shutil.ignore_patterns("__pycache__", ".venv", ".git", "*.egg-info", "dist", "build")
     for part in ("autograder", "coursekit", "solutions", "notebooks", "classroom", "studentkit"):
         shutil.copytree(REPO / part, target / part, ignore=ignore)
     for name in ("README.md", "pyproject.toml"):
         shutil.copy(REPO / name, target / name)
     return target
+
+
+@pytest.fixture
+def copy(tmp_path):
+    return copy_of_repo(tmp_path / "repo")
+
+
+@pytest.fixture(scope="module")
+def versioned(tmp_path_factory):
+    """One copy for every planted edit (each test undoes its own), and its grader version before any edit: the same
+    when asked twice (the same code, the same version: saved rows are resumed)."""
+    copy = copy_of_repo(tmp_path_factory.mktemp("versioned") / "repo")
+    before = grader_version(copy)
+    assert grader_version(copy) == before
+    return copy, before
 
 
 def run(copy: Path, *args: str) -> subprocess.CompletedProcess:
@@ -45,18 +58,22 @@ def append(path: Path, line: str) -> None:
 
 @pytest.mark.parametrize("edited", ["exercises/train_amp/checks.py", "exercises/ring_attention/mistakes.py",
                                     "exercises/judging/feedback.py", "grader/class_report.html.j2"])
-def test_an_edit_anywhere_in_the_grader_makes_a_resumed_run_grade_again(copy, edited):
-    before = grader_version(copy)
-    assert grader_version(copy) == before  # the same code, the same version: saved rows are resumed
-    append(copy / "autograder" / edited, "# a planted edit" if edited.endswith(".py") else "{# a planted edit #}")
-    assert grader_version(copy) != before
+def test_an_edit_anywhere_in_the_grader_makes_a_resumed_run_grade_again(versioned, edited):
+    copy, before = versioned
+    path = copy / "autograder" / edited
+    original = path.read_text()
+    try:
+        append(path, "# a planted edit" if edited.endswith(".py") else "{# a planted edit #}")
+        assert grader_version(copy) != before
+    finally:
+        path.write_text(original)
 
 
 def test_an_edit_to_the_meter_makes_generate_check_fail_and_a_catalogue_edit_does_not(copy):
+    """(The copy with only the catalogue edit passing is also the control: the copy itself checks clean.)"""
+    append(copy / "autograder" / "exercises" / "ring_attention" / "mistakes.py", "# wording only")
     check = run(copy, "-m", "autograder", "generate", "--check")
     assert check.returncode == 0, check.stdout + check.stderr
-    append(copy / "autograder" / "exercises" / "ring_attention" / "mistakes.py", "# wording only")
-    assert run(copy, "-m", "autograder", "generate", "--check").returncode == 0
     append(copy / "autograder" / "exercises" / "beside" / "meter.py", "# a planted edit")
     check = run(copy, "-m", "autograder", "generate", "--check")
     assert check.returncode != 0

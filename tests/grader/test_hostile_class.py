@@ -224,9 +224,10 @@ if os.fork() == 0:
     os._exit(0)
 ''' + WRONG_BODY, "returns_a_constant"),
 }
-HONEST = ["honest_1", "honest_2", "honest_3"]
+# The honest students graded in the same batch as the hostile cells (test_hostile.py had three of its own; in the
+# one batch the class's honest pair stands next to them: every student of the batch sorts the same way, by name).
+HONEST = ["honest_a", "honest_b"]
 CLASS |= {student: {NB: filled(NB, {EX: source})} for student, (source, _) in HOSTILE.items()}
-CLASS |= {student: {NB: filled(NB, {EX: reference_source(EX)})} for student in HONEST}
 
 
 def write_class(folder, students):
