@@ -143,6 +143,27 @@ def work_order(queue: dict) -> OrderedDict:
     return OrderedDict(sorted(queue.items(), key=lambda item: rank.get(unit_name(item[0]), len(rank))))
 
 
+# ---- the any-cpu tier (tests/any_cpu.py): each wrong variant under one of the other kernel levels ---------------
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "one_level(index): a wrong variant; tests/any_cpu.py grades it under one of the "
+                                       "other kernel levels, the one its index picks (ANY_CPU_SHARE)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``ANY_CPU_SHARE=k/n`` (any_cpu.py's k-th of n levels), keep the ``one_level`` tests whose index is k
+    modulo n: test_variants.py and test_diagnosis.py mark a variant alike, so they still judge the same run."""
+    share = os.environ.get("ANY_CPU_SHARE")
+    if not share:
+        return
+    k, n = map(int, share.split("/"))
+    others = [item for item in items if (mark := item.get_closest_marker("one_level")) and mark.args[0] % n != k]
+    if others:
+        config.hook.pytest_deselected(items=others)
+        dropped = set(map(id, others))
+        items[:] = [item for item in items if id(item) not in dropped]
+
+
 @pytest.fixture(scope="session")
 def course():
     return load_course()
