@@ -8,15 +8,17 @@ side by side, and fails if either run fails. Files that judge no float (``NO_FLO
 tier; tests marked ``serial`` stay out too: they need the machine to themselves and judge no float.
 
 What a kernel level can change is the last bits of a float, so what it can break is a comparison a right answer
-passes by little: a correct variant against the reference (a tolerance), a relation the localisation states (a
-factor, a sign). So under each level every correct variant is graded and diagnosed as in the first tier, with the
-reference observed under that level. A wrong variant's mistake moves its results by far more than the last bits:
-each is graded and diagnosed under one of the two levels (ANY_CPU_SHARE=k/n: the ``one_level`` tests whose index is
-k modulo n, conftest.py), which still puts every catalogued mistake's localisation and every check's failure
-through another kernel than the first tier's, at half the cost (the variants are most of the tier's time). Natively,
-the first tier grades every variant, as before. ``NATIVE_ONLY`` files run in the first tier only: they re-derive a
-generated file that the first tier checks (known_fails.py, from every variant under every salt, as ``generate
---check`` does for the references); what the record is for, each named variant's diagnosis, is judged here.
+passes by little: a correct variant against the reference's tolerance. So under each level every correct variant is
+graded and diagnosed as in the first tier, with the reference observed under that level. A wrong variant's mistake
+moves its results by far more than the last bits, and the relations the localisation names it by (a factor, a sign,
+where) have margins as wide: each is graded and diagnosed under one of the two levels (ANY_CPU_SHARE=k/n: the
+``one_level`` tests whose index is k modulo n, conftest.py), and so is each of test_localisation.py's cells
+(uncatalogued mistakes). That still puts every catalogued mistake's diagnosis, every localisation pattern and every
+check's failure through another kernel than the first tier's, at about half the cost (the variants are most of the
+tier's time). Natively, the first tier grades every variant, as before. ``NATIVE_ONLY`` files run in the first tier
+only: they re-derive a generated file that the first tier checks (known_fails.py, from every variant under every
+salt, as ``generate --check`` does for the references); what the record is for, each named variant's diagnosis, is
+judged here.
 """
 import os
 import subprocess

@@ -4,6 +4,7 @@ import json
 import os
 import pkgutil
 import sys
+import zlib
 from collections import OrderedDict
 from functools import cache
 from pathlib import Path
@@ -146,18 +147,24 @@ def work_order(queue: dict) -> OrderedDict:
 # ---- the any-cpu tier (tests/any_cpu.py): each wrong variant under one of the other kernel levels ---------------
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "one_level(index): a wrong variant; tests/any_cpu.py grades it under one of the "
+    config.addinivalue_line("markers", "one_level(index): a wrong answer; tests/any_cpu.py judges it under one of the "
                                        "other kernel levels, the one its index picks (ANY_CPU_SHARE)")
 
 
 def pytest_collection_modifyitems(config, items):
     """Under ``ANY_CPU_SHARE=k/n`` (any_cpu.py's k-th of n levels), keep the ``one_level`` tests whose index is k
-    modulo n: test_variants.py and test_diagnosis.py mark a variant alike, so they still judge the same run."""
+    modulo n: test_variants.py and test_diagnosis.py mark a variant alike, so they still judge the same run. A mark
+    without an index (test_localisation.py) takes a checksum of the test's parameters (else its name): the tests of
+    one cell share its index, and its observation."""
     share = os.environ.get("ANY_CPU_SHARE")
     if not share:
         return
     k, n = map(int, share.split("/"))
-    others = [item for item in items if (mark := item.get_closest_marker("one_level")) and mark.args[0] % n != k]
+
+    def index(item, mark) -> int:
+        return mark.args[0] if mark.args else zlib.crc32((item.nodeid.partition("[")[2] or item.name).encode())
+
+    others = [item for item in items if (mark := item.get_closest_marker("one_level")) and index(item, mark) % n != k]
     if others:
         config.hook.pytest_deselected(items=others)
         dropped = set(map(id, others))
