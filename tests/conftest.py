@@ -4,6 +4,7 @@ import json
 import os
 import pkgutil
 import sys
+import zlib
 from collections import OrderedDict
 from functools import cache
 from pathlib import Path
@@ -141,6 +142,33 @@ def work_order(queue: dict) -> OrderedDict:
     rank = {name: i for i, name in enumerate(COSTLIEST_FIRST)}
     unit_name = lambda unit: Path(unit.split("::", 1)[0]).stem.split(":")[0]
     return OrderedDict(sorted(queue.items(), key=lambda item: rank.get(unit_name(item[0]), len(rank))))
+
+
+# ---- the any-cpu tier (tests/any_cpu.py): each wrong variant under one of the other kernel levels ---------------
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "one_level(index): a wrong answer; tests/any_cpu.py judges it under one of the "
+                                       "other kernel levels, the one its index picks (ANY_CPU_SHARE)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``ANY_CPU_SHARE=k/n`` (any_cpu.py's k-th of n levels), keep the ``one_level`` tests whose index is k
+    modulo n: test_variants.py and test_diagnosis.py mark a variant alike, so they still judge the same run. A mark
+    without an index (test_localisation.py) takes a checksum of the test's parameters (else its name): the tests of
+    one cell share its index, and its observation."""
+    share = os.environ.get("ANY_CPU_SHARE")
+    if not share:
+        return
+    k, n = map(int, share.split("/"))
+
+    def index(item, mark) -> int:
+        return mark.args[0] if mark.args else zlib.crc32((item.nodeid.partition("[")[2] or item.name).encode())
+
+    others = [item for item in items if (mark := item.get_closest_marker("one_level")) and index(item, mark) % n != k]
+    if others:
+        config.hook.pytest_deselected(items=others)
+        dropped = set(map(id, others))
+        items[:] = [item for item in items if id(item) not in dropped]
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,7 @@ def _params():
         for kind in ("CORRECT", "WRONG"):
             for index, name in enumerate(getattr(module, kind)):
                 for salt in variant_salts(module, kind, index, name):  # the salts test_variants.py grades
-                    yield pytest.param(ex, kind, name, salt, marks=variant_marks(module, name, salt),
+                    yield pytest.param(ex, kind, name, salt, marks=variant_marks(module, kind, index, name, salt),
                                        id=f"{ex}-{name}-{'held-out' if salt else 'salt0'}")
 
 

@@ -32,6 +32,9 @@ from autograder.exercises.judging.diagnosis import diagnose
 from autograder.exercises.judging.localise import DEDUCED, Locate, localise
 from autograder.exercises.judging.verdict import feedback_sentence, format_report
 
+# Each cell is a wrong answer: tests/any_cpu.py judges it under one of the other kernel levels (conftest.py)
+pytestmark = pytest.mark.one_level
+
 _DK = "dk[..., j:j + BLOCK_K, :] += ds.transpose(-1, -2) @ qi * scale"
 _DV = "dv[..., j:j + BLOCK_K, :] += p.transpose(-1, -2) @ doi"
 

@@ -14,7 +14,8 @@ from autograder.exercises import get_exercise
 from autograder.exercises.beside.observing import observe
 from autograder.selfcheck.recorded import load_recorded
 
-CASES = [pytest.param(ex, kind, name, salt, marks=variant_marks(module, name, salt), id=f"{ex}-{kind.lower()}-{name}-salt{salt}")
+CASES = [pytest.param(ex, kind, name, salt, marks=variant_marks(module, kind, index, name, salt),
+                      id=f"{ex}-{kind.lower()}-{name}-salt{salt}")
          for ex, module in variant_modules().items()
          for kind in ("CORRECT", "WRONG") for index, name in enumerate(getattr(module, kind))
          for salt in variant_salts(module, kind, index, name)]

@@ -20,7 +20,10 @@ def variant_salts(module, kind: str, index: int, name: str) -> tuple[int, ...]:
     return (0, HELD_OUT_SALTS[(index + (kind == "WRONG")) % len(HELD_OUT_SALTS)])
 
 
-def variant_marks(module, name: str, salt: int) -> list:
+def variant_marks(module, kind: str, index: int, name: str, salt: int) -> list:
     """The fast tier (``make test-fast``) grades every variant on the public scenarios; held-out salts and the
-    variants that deadlock (they cost the launch timeout in every scenario) run in the full tier."""
-    return [pytest.mark.slow] if salt or name in getattr(module, "PUBLIC_ONLY", ()) else []
+    variants that deadlock (they cost the launch timeout in every scenario) run in the full tier. A wrong variant
+    is marked ``one_level`` with its index: tests/any_cpu.py grades it under one of the other kernel levels, not
+    under each (conftest.pytest_collection_modifyitems; any_cpu.py's docstring says why that suffices)."""
+    marks = [pytest.mark.slow] if salt or name in getattr(module, "PUBLIC_ONLY", ()) else []
+    return marks + [pytest.mark.one_level(index)] * (kind == "WRONG")
