@@ -60,3 +60,28 @@ def test_observe_on_ranks_keeps_ranks_quiet_and_records_forbidden_false_by_defau
     err = capfd.readouterr().err
     assert "a rank's warning" not in err
     assert ("a rank's own line on stderr" in err) != quiet
+
+
+def _crashes_once(rank: int, world_size: int, fn, case: dict) -> dict:
+    """Rank 1 dies of a segmentation fault in the first launch (``case["flag"]`` not there yet), or in every one."""
+    import os
+    import signal
+    from pathlib import Path
+
+    flag = Path(case["flag"])
+    if rank == 1 and (case["always"] or not flag.exists()):
+        flag.touch()
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return {"launch": "again" if flag.exists() else "first"}
+
+
+@pytest.mark.parametrize("always", [False, True])
+def test_a_scenario_whose_rank_crashes_gets_one_more_launch(tmp_path, always):
+    """A crash in native code (torch's profiler in a forked rank, rarely) costs a scenario one more launch, not the
+    student's points; a crash that repeats stands, as the student's own would."""
+    cases = {"crashing": {"world_size": 2, "flag": str(tmp_path / "crashed"), "always": always}}
+    found = observe_on_ranks(0, cases, _crashes_once, None, quiet=True)["scenarios"]["crashing"]
+    if always:
+        assert found["error"] == "rank 1 died without a result (signal SIGSEGV)"
+    else:
+        assert [r["launch"] for r in found["ranks"]] == ["again", "again"]
