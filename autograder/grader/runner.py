@@ -215,6 +215,8 @@ def _collect(worker: _Worker, tasks: dict[str, Task], until_ready: bool) -> tupl
         *lines, worker.buffer = (worker.buffer + chunk).split(b"\n")
         for line in lines:
             if len(results) == len(tasks):
+                if not until_ready:  # a "ready" in the same read as the last result: this worker is not kept
+                    return results, None, "done"
                 if (peak := parse_ready(line)) is not None:
                     worker.peak_kib = max(worker.peak_kib, peak)
                     return results, None, "ready"
