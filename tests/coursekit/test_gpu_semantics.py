@@ -87,7 +87,9 @@ def test_sends_work_as_before_after_the_strict_block():
 def _store_key(rank, world_size):
     own_store().set(f"from {rank}", "x")
     dist.barrier()
-    return own_store().get(f"from {1 - rank}").decode()
+    seen = own_store().get(f"from {1 - rank}").decode()
+    dist.barrier()  # rank 0 hosts the store: it stays until the other rank has read (else that one's connect waits)
+    return seen
 
 
 def test_a_rank_reaches_the_launch_store_on_a_connection_of_its_own():
