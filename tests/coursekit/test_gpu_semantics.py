@@ -30,6 +30,7 @@ import torch.distributed as dist
 import coursekit.dist
 from coursekit.dist import RankFailed, launch
 from coursekit.gpu_semantics import NCCL_HANG, nccl_p2p_order, own_store
+from coursekit.kernels import count_traffic, interpreted, triton_mode
 from coursekit.multidim import SentBytes, bytes_sent, record_kind
 
 REPO = Path(__file__).resolve().parents[2]
@@ -275,12 +276,10 @@ class _Watched:
     """A lesson kernel whose every launch runs in the interpreter, counted with the tensors it was given."""
 
     def __init__(self, kernel, launches: list):
-        from coursekit.kernels import interpreted
         self.kernel, self.launches = interpreted(kernel), launches
 
     def __getitem__(self, grid):
         def launch(*args, **meta):
-            from coursekit.kernels import count_traffic
             with count_traffic([a for a in args if isinstance(a, torch.Tensor)]) as traffic:
                 self.kernel[grid](*args, **meta)
             self.launches.append(traffic)
@@ -291,7 +290,6 @@ def _lesson10(edit=lambda source: source):
     """Lesson 10's kernels and Functions, each kernel launch watched: (namespace, launches)."""
     pytest.importorskip("triton")
     from bench.evidence_kernels import lesson_kernels
-    from coursekit.kernels import triton_mode
     triton_mode()  # the interpreter when there is no GPU, before the kernels are decorated
     namespace, launches = lesson_kernels(edit), []
     for name in [name for name in namespace if name.endswith("_kernel")]:
