@@ -1,6 +1,7 @@
 """The student kit as a student gets it: built by the instructor's command, installed into a fresh virtual
 environment in an empty folder, used with nothing of the repository on the path."""
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -65,3 +66,44 @@ def _pip_settings() -> dict[str, str]:
     """The machine's pip settings (mirrors, the local torch wheel) that a clean environment would otherwise lose."""
     keep = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONSTRAINT", "PIP_CERT", "PIP_CONFIG_FILE")
     return {k: v for k, v in os.environ.items() if k in keep}
+
+
+def provide_torch(venv: Path, where: Path) -> None:
+    """This suite's torch (and what it requires) importable in ``venv`` without installing it: for tests of
+    install steps other than torch's own (a fresh venv with the kit's wheel, ``install_kit``, installs torch for
+    real). pip then sees torch as installed and skips its ~700 MB wheel. A copy (hard links where the file system
+    allows) in ``where``, named by a .pth file: pip may upgrade or remove what it finds there, never the originals."""
+    from importlib.metadata import distribution
+
+    from packaging.requirements import Requirement
+
+    folder = where / "provided-torch"
+    folder.mkdir(parents=True)
+    todo, done = ["torch"], set()
+    while todo:
+        dist = distribution(todo.pop())
+        if dist.metadata["Name"].lower() in done:
+            continue
+        done.add(dist.metadata["Name"].lower())
+        for top in {f.parts[0] for f in dist.files or ()} - {"..", "__pycache__"}:
+            source, target = Path(dist.locate_file(top)), folder / top
+            if target.exists():
+                continue
+            if source.is_dir():
+                shutil.copytree(source, target, copy_function=_link)
+            else:
+                _link(source, target)
+        for text in dist.requires or ():
+            req = Requirement(text)
+            # setuptools: the venv has its own (pip upgrades it in the venv, as it would without this)
+            if (req.marker is None or req.marker.evaluate({"extra": ""})) and req.name != "setuptools":
+                todo.append(req.name)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "provided-torch.pth").write_text(f"{folder}\n")
+
+
+def _link(source, target) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copy2(source, target)

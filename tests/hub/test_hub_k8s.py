@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import jsonschema
 import pytest
 import yaml
+from kit_helpers import provide_torch
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "hub" / "k8s"
@@ -120,6 +121,9 @@ def test_the_student_images_build_steps_run_in_a_plain_venv(student_kit, tmp_pat
     assert re.match(rf"python:{re.escape(version)}\b", base), f"the image is {base}, the venv Python {version}"
     scratch, venv = tmp_path / "image-root", tmp_path / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    # torch preinstalled (a copy of this suite's): under test are the image's steps, not torch's wheel, which
+    # installed_kit's fresh venv (same xdist unit) and the hub's student environment install for real
+    provide_torch(venv, tmp_path)
     sources = {"dist/student-kit/": student_kit}
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
            **{k: v for k, v in os.environ.items() if k in PIP_SETTINGS}}
