@@ -99,7 +99,7 @@ EACH_TEST_ALONE = {"test_nbgrader_lessons", "test_notebooks"}
 COSTLIEST_FIRST = ("observations", "student-kit", "test_nbgrader_lessons", "test_nbgrader", "test_cli", "test_notebooks",
                    "test_sharded_optimizer", "test_sandbox_defences", "test_flight_recorder", "test_ring_attention",
                    "test_average_gradients", "test_class_report", "test_checkpointer", "test_fingerprint",
-                   "test_tensor_parallel_mlp", "test_cluster", "test_expert_parallel_moe", "test_held_out", "test_gpu_evidence")
+                   "test_tensor_parallel_mlp", "test_expert_parallel_moe", "test_held_out", "test_gpu_evidence")
 
 
 def pytest_xdist_make_scheduler(config, log):

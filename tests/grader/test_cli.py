@@ -1,4 +1,5 @@
-"""`python -m autograder grade` end to end, as an instructor runs it: contract, malformed input, repeatability.
+"""`python -m autograder grade` end to end, as an instructor runs it: contract, malformed input, repeatability,
+the same grades on a Dask cluster.
 
 Runs the real CLI in a subprocess on a small class of Lesson 1 submissions; the workers are sandboxed
 (bubblewrap when the machine has it).
@@ -6,6 +7,7 @@ Runs the real CLI in a subprocess on a small class of Lesson 1 submissions; the 
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -148,6 +150,20 @@ def test_lms_zip_download(graded_class, tmp_path):
     for user_id, row in got.items():
         expected = want["bob"] if user_id == "1005" else want[row["name"]]
         assert row["score"] == expected["score"], row
+
+
+def test_dask_gives_the_same_grades(graded_class, tmp_path):
+    """The same class grading on a Dask cluster (a real local one: scheduler + 2 worker processes) gives the rows the
+    threads gave: a reference, a blank and a wrong answer of the class above (its threads run is the comparison)."""
+    submissions, out, _ = graded_class
+    for student in ("alice", "bob", "kate"):
+        shutil.copytree(submissions / student, tmp_path / "in" / student)
+    grade(tmp_path / "in", tmp_path / "dask", "--dask", "local")
+    with open(tmp_path / "dask" / "grades.csv", newline="") as f, open(out / "grades.csv", newline="") as g:
+        dask, threads = csv.DictReader(f), csv.DictReader(g)
+        assert list(dask) == [r for r in threads if r["student"] in ("alice", "bob", "kate")]
+        assert dask.fieldnames == threads.fieldnames
+    assert rows(tmp_path / "dask")["alice"]["score"] == "11"
 
 
 def test_missing_folder_is_a_clear_error(tmp_path):
