@@ -70,9 +70,11 @@ def test_an_edit_anywhere_in_the_grader_makes_a_resumed_run_grade_again(versione
 
 
 def test_an_edit_to_the_meter_makes_generate_check_fail_and_a_catalogue_edit_does_not(copy):
-    """(The copy with only the catalogue edit passing is also the control: the copy itself checks clean.)"""
+    """(The copy with only the catalogue edit passing is also the control: the copy's references check clean.
+    That control asks `references --check`, the part of `generate --check` that reads the fingerprint: the other
+    parts regenerate every student notebook from solutions/, which no edit here touches, at ~10 CPU-s a run.)"""
     append(copy / "autograder" / "exercises" / "ring_attention" / "mistakes.py", "# wording only")
-    check = run(copy, "-m", "autograder", "generate", "--check")
+    check = run(copy, "-m", "autograder", "references", "--check")
     assert check.returncode == 0, check.stdout + check.stderr
     append(copy / "autograder" / "exercises" / "beside" / "meter.py", "# a planted edit")
     check = run(copy, "-m", "autograder", "generate", "--check")
