@@ -178,3 +178,13 @@ def test_checkpointer_answers_one_seed_a_save_for_every_rank_and_refuses_extra_r
         seeds.append(answered[0][1])
     assert seeds[0] != seeds[1]
     assert len(policy.request(0, {"gate": "saved"}, meter)) == 1 and policy.refused == [1, 0]
+
+
+# The ring's pauses at its sends are requested by the rank; the launcher's own readings through the last hop are not.
+def test_a_ring_that_asks_its_send_pauses_up_front_loses_the_method_check_on_the_launchers_own_readings():
+    from variants.ring_attention import WRONG as RING_WRONG
+
+    results = grade_source("ring_attention", RING_WRONG["asks_its_send_pauses_up_front"][0])
+    lost = failed(results, "travel the ring")
+    assert lost and "all through the last hop" in lost[0].feedback, results
+    assert len(failed(results, "")) == 1, "its values are right, and keep their points"

@@ -23,7 +23,7 @@ all-gather of K and V sends what the ring sends); peak memory can: a gather hold
 two (the one it computes with and the one arriving). The ``memory`` scenario: 4 ranks, one head of 64 positions per
 rank and d = 16384, not causal, the same shape for every salt; a chunk of K and V is 8 MiB, the 64 × 64 scores 16
 KiB, so chunks dominate. The rank hands its only copies of q, k, v to the student's function (no clones), and
-records the first 4 columns of its output (the evidence). Two readings, both outside the rank (meter.py):
+records the first 4 columns of its output (the evidence). Three readings, all outside the rank (meter.py):
 
 * its peak (RssAnon + RssShmem above the fork, sampled every 2 ms): at most the reference ranks' highest plus 1.5
   chunks of K and V. Sampled peaks can miss a short top, and count freed pages that the launching process's heap
@@ -32,6 +32,11 @@ records the first 4 columns of its output (the evidence). Two readings, both out
 * what it holds at each send: the grader's hook on ``ProcessGroup.send`` hands the rank's free heap pages back
   (malloc_trim) and stops it at a gate (``SampleAtGates``), so the reading is exact; every rank must send at least
   N−1 times, each time holding at most 2 chunks more than the reference's ranks at theirs.
+* through the ring's last hop, read at the launcher's own moments (``observe.HopFloors``: every tick, placed by the
+  bytes on the ranks' loopback; no rank asks for them): the least each rank held then, at most what a ring holds
+  there by its own arithmetic (the grader's q, k, v, the chunk it computes with, the one arriving, its output: 4
+  chunks) plus 0.75; and the loopback's bytes are a ring's (every rank's K and V to every other rank) within 5 %.
+  A rank that asks its gates at the sends early escapes the readings above, not this one.
 
 Keeping every partial output is as costly as a gather (an output of (c, d) is as large as a V chunk), so the
 exercise asks for a running merge and says so. What each style measured, and what the scenario costs:

@@ -31,6 +31,21 @@ SEND_SLACK_CHUNKS = 2.0
 # From its second hop on, a ring holds the same chunks at every send (measured: correct styles 0.01 more at the last
 # than at the second; a ring that keeps every chunk, or every partial output, 1.0 more at N = 4: one per hop).
 GROWTH_SLACK_CHUNKS = 0.5
+# Read by the launcher alone (observe.HopFloors), from the method's own arithmetic: while the last hop's bytes flow,
+# a ring rank holds all the time no more than the q, k and v the grader handed it (1.5 chunks of K and V), the chunk
+# it computes with and the one arriving (2) and its running output (0.5): 4 chunks; the least it held then (its
+# floor) must stay under that plus LAST_HOP_SLACK_CHUNKS (a step's result still referenced, 0.5, and the rank's own
+# overhead). A ring that keeps what it received holds 1.5 + 3 + 0.5 there at least, partial outputs kept in
+# float64 1.5 + 2 + 0.5 + 3. Measured: correct styles 4.54 at most, a ring that fills a buffer of every chunk 5.03,
+# one that keeps every chunk 5.54, every partial output in float64 6.99 (docs/method-evidence.md).
+LAST_HOP_HELD_CHUNKS = 4.0
+LAST_HOP_SLACK_CHUNKS = 0.75
+# What the ranks send, counted by the loopback: every rank's K and V to every other rank, (N−1)·N chunks, and at most
+# this fraction more (TCP's and gloo's headers, measured 0.1-0.5 %, and the grader's own store traffic, which polls
+# while a send waits for its receive and grows with the machine's load): bytes for show, which would move the hops'
+# places on the loopback (more than 0.15 of a hop up front brings a ring that keeps every chunk under the limit
+# above), cost the method's points.
+LOOPBACK_SPARE = 0.05
 FINGERPRINT_COLUMNS = 4  # columns of every output row kept from the memory scenario (for feedback)
 SKETCH_RTOL = 1e-3  # the memory scenario's evidence: a sketch of each rank's whole output (float32 round-off ~1e-6)
 

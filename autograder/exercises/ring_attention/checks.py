@@ -2,7 +2,17 @@
 import math
 
 from ..judging.checking import case, close, held_at_gates, rank_results, scenario, sketch_error
-from .cases import ATOL, GROWTH_SLACK_CHUNKS, PEAK_SLACK_CHUNKS, RTOL, SEND_SLACK_CHUNKS, SKETCH_RTOL
+from .cases import (
+    ATOL,
+    GROWTH_SLACK_CHUNKS,
+    LAST_HOP_HELD_CHUNKS,
+    LAST_HOP_SLACK_CHUNKS,
+    LOOPBACK_SPARE,
+    PEAK_SLACK_CHUNKS,
+    RTOL,
+    SEND_SLACK_CHUNKS,
+    SKETCH_RTOL,
+)
 
 ABORTED_HINT = ("Every rank sends and receives K/V chunks of the same shape as its own k and v.")
 
@@ -101,6 +111,9 @@ def memory_problem(student, reference) -> str | None:
         return (f"When {c['what']}, rank {rank} held {growth[rank] / chunk:.1f} chunks of K and V more at its last send "
                 f"than at its second (measured outside your process): a ring holds the same two at every hop, so "
                 f"something kept the chunks it received: {advice}")
+    problem = last_hop_problem(meter, c, chunk, advice)
+    if problem:
+        return problem
     peaks = meter["peak_bytes"]
     if not isinstance(peaks, list) or len(peaks) != c["world_size"]:
         return f"When {c['what']}, the grader could not read the memory of every rank."
@@ -110,6 +123,35 @@ def memory_problem(student, reference) -> str | None:
         return (f"When {c['what']}, rank {rank} held {extra / chunk:.1f} chunks of K and V ({extra / MIB:.0f} MiB) more "
                 f"than the reference's ranks at its peak (measured outside your process), as if it gathered them: "
                 f"{advice}")
+    return None
+
+
+def last_hop_problem(meter: dict, c: dict, chunk: int, advice: str) -> str | None:
+    """Read by the launcher at moments of its own choosing (observe.HopFloors), judged by the method's arithmetic:
+    the ranks sent every K/V chunk to every other rank and no more (the loopback's bytes, where it carries only
+    theirs), and while the last hop's bytes flowed each rank held at all times no more than what a ring holds there
+    (``cases.LAST_HOP_HELD_CHUNKS``). None where the loopback is shared with other programs (its bytes place nothing)
+    or no reading fell in the last hop (the launcher was not scheduled then)."""
+    gates = meter.get("gates") if isinstance(meter, dict) else None
+    if not meter.get("private_network") or not isinstance(gates, dict):
+        return None
+    n = c["world_size"]
+    need, sent = (n - 1) * n * chunk, meter.get("lo_bytes")
+    if not isinstance(sent, int | float) or not need <= sent <= need * (1 + LOOPBACK_SPARE):
+        got = f"{sent / MIB:.1f} MiB" if isinstance(sent, int | float) else "an unknown number of bytes"
+        return (f"When {c['what']}, your ranks sent {got} where a ring sends {need / MIB:.0f} MiB (every rank's K "
+                "and V to every other rank; counted on their loopback, outside your process): send each chunk once "
+                "per hop and nothing else.")
+    floors = gates.get("floors")
+    if not isinstance(floors, list) or len(floors) != n:
+        return f"When {c['what']}, the grader could not read the memory of every rank."
+    last = [f[-1] if isinstance(f, list) and f and isinstance(f[-1], int | float) else 0 for f in floors]
+    limit = (LAST_HOP_HELD_CHUNKS + LAST_HOP_SLACK_CHUNKS) * chunk
+    for rank, held in enumerate(last):
+        if held > limit:  # 0: no reading fell in that hop
+            return (f"When {c['what']}, rank {rank} held at least {held / chunk:.1f} chunks of K and V all through "
+                    f"the last hop (read outside your process at moments the grader chose), where a ring holds "
+                    f"{LAST_HOP_HELD_CHUNKS:g} with q, k, v and its output: {advice}")
     return None
 
 

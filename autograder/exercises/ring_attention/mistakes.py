@@ -12,6 +12,7 @@ import math
 from ..judging.checking import ABORTED, DEADLOCK, close
 from ..judging.diagnosis import EVERY, Mistake, error_of, ran, raw_scenario
 from ..judging.localise import Locate
+from .cases import LAST_HOP_HELD_CHUNKS, LAST_HOP_SLACK_CHUNKS
 
 NCCL_HANG = "would hang under NCCL"  # coursekit.gpu_semantics's words (this module stays free of torch)
 
@@ -63,9 +64,11 @@ def _memory(student, reference) -> dict[str, float]:
         return held
 
     mine, theirs = at_sends(got), at_sends(want)
+    last_hop = [f[-1] for f in got["gates"].get("floors") or [] if isinstance(f, list) and f and f[-1]]
     return {"first": (max(h[0] for h in mine) - max(h[0] for h in theirs)) / chunk,
             "growth": (max(h[-1] - h[0] for h in mine) - max(h[-1] - h[0] for h in theirs)) / chunk,
             "peak": (max(got["peak_bytes"]) - max(want["peak_bytes"])) / chunk,
+            "last_hop": max(last_hop, default=0) / chunk,
             "ranks": c["world_size"]}
 
 
@@ -77,7 +80,8 @@ def _right_ring_that_grows(student, reference) -> dict[str, float] | None:
                                                                                             "three_ranks")):
         return None
     memory = _memory(student, reference)
-    return memory if memory["growth"] >= 0.5 else None
+    kept = memory["last_hop"] > LAST_HOP_HELD_CHUNKS + LAST_HOP_SLACK_CHUNKS  # read at the launcher's own moments
+    return memory if memory["growth"] >= 0.5 or kept else None
 
 
 # Growth alone does not tell the two apart: a float64 partial output (c, d) is as large as a chunk of K and V. What
@@ -86,6 +90,10 @@ def _right_ring_that_grows(student, reference) -> dict[str, float] | None:
 
 def ring_that_keeps_every_chunk(student, reference):
     memory = _right_ring_that_grows(student, reference)
+    if memory and memory["first"] < 2 and memory["peak"] <= memory["ranks"] and memory["growth"] < 0.5:
+        return (f"your ranks' messages and outputs are the ring's, but on {memory['ranks']} ranks (measured outside "
+                f"your ranks) a rank held at least {memory['last_hop']:.1f} chunks of K and V all through the last "
+                f"hop, where a ring holds {LAST_HOP_HELD_CHUNKS:g}: the chunks it had finished with stayed alive")
     if memory and memory["first"] < 2 and memory["peak"] <= memory["ranks"]:
         return (f"your ranks' messages and outputs are the ring's, but on {memory['ranks']} ranks (measured outside "
                 "your ranks) what a rank held grew from its first send to its last by "
@@ -229,7 +237,8 @@ MISTAKES = [
             "A rank then ends up holding all N chunks, as much memory as an all-gather: the ring exists so that a rank "
             "holds only two at a time.",
             "Drop each chunk once you have computed with it: hold only the one you compute with and the one arriving.",
-            ring_that_keeps_every_chunk),
+            ring_that_keeps_every_chunk,
+            variants=("ring_fills_a_buffer_of_every_chunk", "asks_its_send_pauses_up_front")),
     Mistake("merge_all_partials_at_the_end_float64", "You keep every step's partial output (in float64) and merge them "
             "all at the end.", "Each partial output is as large as a chunk of V (twice that in float64), so a rank "
             "holds N of them and float64 copies: more memory than gathering K and V.",

@@ -6,7 +6,7 @@ import torch
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 from coursekit.gpu_semantics import nccl_p2p_order
 
-from ..beside.meter import SampleAtGates
+from ..beside.meter import PEAK_SAMPLE_S, SampleAtGates
 from ..beside.observing import collective_counts, float32_data, sketch, tensor_data
 from ..beside.ranks import ask_gate, observe_on_ranks, student_call, trim_memory
 from .cases import FINGERPRINT_COLUMNS, cases
@@ -109,8 +109,47 @@ def _raise(exc: Exception):
     raise exc
 
 
+class HopFloors(SampleAtGates):
+    """Readings the launcher takes on its own, at moments no rank asks for or sees: at every tick (``tick_s``) it
+    reads each rank's memory and places the reading by the bytes on the ranks' loopback at that moment. Hop h of
+    the ring (h = 1 … N−1) is under way while they have sent between (h − 1)·N and h·N chunks of K and V. Per rank
+    and hop the least it held then (its *floor*): what it kept all through that hop, whatever it allocated and
+    freed within it, so the merge's short-lived temporaries, which a sampled peak counts, drop out. Readings once
+    every hop's bytes are sent are not placed (a rank may have returned by then), nor those of a rank that has
+    ended (0 held: a running rank holds at least the q, k and v the grader handed it). The rank's own requests at
+    its sends are still answered and recorded (``SampleAtGates``); a floor needs none of them."""
+
+    tick_s = PEAK_SAMPLE_S
+
+    def __init__(self, world_size: int, hop_bytes: int):
+        super().__init__(world_size)
+        self.hop_bytes = hop_bytes
+        self.floors = [[0] * (world_size - 1) for _ in range(world_size)]  # 0: no reading (the record stays numbers)
+
+    def tick(self, meter) -> list:
+        sent = meter.sent()
+        hop = None if sent is None else int(sent // self.hop_bytes)
+        if hop is None or hop >= self.world_size - 1:
+            return []
+        for rank, held in enumerate(meter.measure(meter.pids, meter.baseline)):
+            if held:
+                floors = self.floors[rank]
+                floors[hop] = min(floors[hop], held) if floors[hop] else held
+        return []
+
+    def result(self) -> dict:
+        return {**super().result(), "floors": self.floors, "hop_bytes": self.hop_bytes}
+
+
+def chunk_bytes(case: dict) -> int:
+    """One rank's K and V in float32: what a ring sends at each hop."""
+    return 2 * math.prod(case["lead"]) * case["chunk"] * case["d"] * 4
+
+
 def gates_of(case: dict):
-    return SampleAtGates(case["world_size"]) if case["measure_memory"] else None
+    if not case["measure_memory"]:
+        return None
+    return HopFloors(case["world_size"], case["world_size"] * chunk_bytes(case))
 
 
 def observe(fn, *, salt: int = 0) -> dict:
