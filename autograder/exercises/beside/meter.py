@@ -7,7 +7,9 @@ self-check) samples, while the ranks run:
   ``/proc/<pid>/status``) every ``interval`` seconds (``PEAK_SAMPLE_S`` where a check judges the peak, else
   ``SAMPLE_S``), above what it inherited at the fork (the launcher's own);
   the peak of each rank, and the peak of their sum. Freed tensors leave it: the worker sets
-  ``MALLOC_MMAP_THRESHOLD_`` so that large blocks are returned to the kernel on free. A rank cannot make this
+  ``MALLOC_MMAP_THRESHOLD_`` so that large blocks are returned to the kernel on free (in the scenarios whose
+  memory a check reads, ``peaks`` or ``GatePolicy.reads_memory``; the others' ranks reuse freed blocks, faster,
+  and their readings are not judged: ``ranks.reuse_freed_memory``). A rank cannot make this
   number smaller than the memory it really holds (file-backed pages, which it could drop, are not counted);
 * **bytes on the loopback**: the ``lo`` transmit counter of the ranks' network namespace, before the ranks start and
   after they end: every byte the ranks sent each other through gloo (or through any socket). Exact where that
@@ -62,11 +64,14 @@ def ranks_alone(pids: list[int], baseline: int) -> list[int | None]:
 
 class Meter:
     def __init__(self, interval: float = SAMPLE_S, gates=None, held=None, private_network: bool = False,
-                 sent_counter=tx_bytes):
+                 sent_counter=tx_bytes, sample_s: float | None = None):
         """``held(pids, baseline)``: what each rank holds now; in class grading, counted over every process it
         started (grader/sandbox/rank_holdings.py), else the rank processes alone. ``sent_counter()``: the bytes sent so
-        far on the ranks' loopback; ``private_network``: it carries only their traffic."""
+        far on the ranks' loopback; ``private_network``: it carries only their traffic. ``interval``: how often the
+        launcher wakes (a gate policy's ticks may need it often); ``sample_s``: how often it reads memory then
+        (default: at every wake-up)."""
         self.interval, self.gates, self.measure = interval, gates, held or ranks_alone
+        self.sample_s, self.next_sample = interval if sample_s is None else sample_s, 0.0
         self.private_network, self.sent_counter = private_network, sent_counter
         self.pids: list[int] = []
         self.baseline = 0
@@ -94,6 +99,13 @@ class Meter:
     def held(self, rank: int) -> int | None:
         """What rank ``rank`` holds now above what it inherited (None when it is gone)."""
         return self.measure(self.pids, self.baseline)[rank]
+
+    def sample_if_due(self) -> None:
+        """A reading, unless the last one is younger than ``sample_s`` (each costs the launcher a read of /proc)."""
+        now = time.monotonic()
+        if now >= self.next_sample:
+            self.next_sample = now + self.sample_s
+            self.sample()
 
     def sample(self) -> None:
         total = 0
@@ -160,6 +172,7 @@ class GatePolicy:
     recorded with the rank's memory and the bytes sent so far."""
 
     tick_s: float | None = None  # how often ``tick`` must run while the ranks go on (None: it does nothing)
+    reads_memory = False         # a check reads the ranks' memory at the gates (then they return freed memory)
 
     def __init__(self, world_size: int, gates: int | None = None, expect=None, shared: bool = False):
         self.world_size, self.gates, self.expect, self.shared = world_size, gates, expect, shared
@@ -215,6 +228,8 @@ class GatePolicy:
 
 class SampleAtGates(GatePolicy):
     """Each rank's memory at each of its gates, answered at once: what it holds at that point of the computation."""
+
+    reads_memory = True
 
     def request(self, rank: int, request, meter: Meter) -> list[tuple[int, float]]:
         index = self.record(rank, request, meter)

@@ -46,7 +46,7 @@ _STUDENT_RAISED = "the student's code raised: "
 _PEER_GONE = ("Timed out", "timed out", "closed by peer", "Connection reset", "Broken pipe")
 _child_setup = []           # callables run first in every rank (``configure``)
 _held = []                  # how the meter counts what each rank holds (``configure``; default: the rank alone)
-M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameters
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # glibc's mallopt parameters
 
 
 _private_network = [False]  # the ranks' loopback carries only their own traffic (the grader's sandbox)
@@ -93,6 +93,19 @@ def return_freed_memory() -> None:
         libc.mallopt(M_MMAP_THRESHOLD, 64 << 10)
         libc.mallopt(M_ARENA_MAX, 1)
     except (OSError, AttributeError):  # not glibc: the meter reads what it reads
+        pass
+
+
+def reuse_freed_memory() -> None:
+    """In a rank whose memory no check reads: glibc reuses freed blocks (up to 32 MiB, its largest threshold) and
+    keeps its heap, instead of mapping every tensor afresh and handing it back on free. Each fresh page costs a
+    page fault and its zeroing, most of a rank's kernel time; the worker's environment sets 64 KiB for every
+    process it starts, so the rank sets this itself."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
+        libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+    except (OSError, AttributeError):
         pass
 
 
@@ -175,14 +188,14 @@ def _quiet_stderr() -> None:
 
 def _rank_main(rank: int, world_size: int, listener: socket.socket | None, timeout: float, target, args,
                reply_fd: int, gate_fds: tuple[int, int] | None, loopback: PrivateLoopback | None,
-               quiet: bool = False) -> None:
+               quiet: bool = False, memory: bool = True) -> None:
     """A forked rank: set up, define the student's code, run the target, answer with JSON, exit. Never returns."""
     global _gate_channel
     _gate_channel = gate_fds
     _own_fds.clear()
     _own_fds.update([reply_fd, *(gate_fds or ()), *([listener.fileno()] if listener else [])])
     try:
-        return_freed_memory()
+        return_freed_memory() if memory else reuse_freed_memory()
         if loopback:
             loopback.join()
         for setup in _child_setup:
@@ -244,14 +257,17 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
     ``gates``: a gate policy (meter.py) when the target's model has gates (``ask_gate``): the launcher then answers
     each rank's gate requests as the policy says, measuring the ranks while they wait. ``peaks``: a check judges the
     ranks' peak memory, so the meter samples it often (``PEAK_SAMPLE_S``). ``quiet``: each rank's stderr goes to
-    /dev/null while the target runs (``_quiet_stderr``); every rank ignores Python's warnings.
+    /dev/null while the target runs (``_quiet_stderr``); every rank ignores Python's warnings. The ranks return
+    freed memory to the kernel (``return_freed_memory``) only where a check reads it: ``peaks``, or a gate policy
+    that reads memory (``reads_memory``); elsewhere they reuse it (``reuse_freed_memory``).
     """
     ranks = []
     loopback = None if _private_network[0] else PrivateLoopback.start()  # the sandbox's loopback is theirs already
     # rank 0's store listens on the ranks' loopback: the holder's namespace, where there is one
     listener = (loopback.store_socket() if loopback else store_socket()) if group else None
-    interval = min(PEAK_SAMPLE_S if peaks else SAMPLE_S, (gates and gates.tick_s) or SAMPLE_S)
-    meter = Meter(interval, gates=gates, held=_held[0] if _held else None,
+    sample_s = PEAK_SAMPLE_S if peaks else SAMPLE_S
+    meter = Meter(min(sample_s, (gates and gates.tick_s) or SAMPLE_S), sample_s=sample_s, gates=gates,
+                  held=_held[0] if _held else None,
                   private_network=_private_network[0] or bool(loopback),
                   **({"sent_counter": loopback.tx_bytes} if loopback else {}))
     trim_memory()
@@ -267,7 +283,8 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
                 if fd is not None:
                     os.close(fd)
             _rank_main(rank, world_size, listener, timeout, target, args, write_fd,
-                       (requests[1], replies[0]) if gates else None, loopback, quiet)
+                       (requests[1], replies[0]) if gates else None, loopback, quiet,
+                       memory=peaks or bool(gates and gates.reads_memory))
         for fd in (write_fd, requests[1], replies[0]):
             if fd is not None:
                 os.close(fd)
@@ -307,7 +324,7 @@ def _collect(ranks: list[_Rank], meter: Meter, deadline: float) -> str | None:
         waiting = {r.fd: r for r in ranks if not r.done}
         asking = {r.gate_in: r for r in ranks if r.gate_in is not None and not r.done}
         ready, _, _ = select.select([*waiting, *asking], [], [], min(meter.interval, deadline - now))
-        meter.sample()
+        meter.sample_if_due()
         for fd in ready:
             if fd in asking:
                 _gate_request(asking[fd], ranks, meter)

@@ -170,15 +170,15 @@ def after_rank(rank: int, world_size: int, cls, case: dict, directory: str, answ
     return {"forbidden": False, "loaded": plain(found), "after_load": loaded, "read": read, "final": final["params"]}
 
 
-def never_failed_rank(rank: int, world_size: int, case: dict, answers: list) -> dict:
+def never_failed_rank(rank: int, world_size: int, case: dict, answers: list, keep: list[int]) -> dict:
     """The run that never failed, on the first world size, under the seeds ``answers``: what it read each step, and
-    its state after every step (a resumed run must start from one of them)."""
+    its state after each step in ``keep`` (None after the others: each state is a gather of everything)."""
     quiet()
     model, optimizer, loader = new_run(case)
-    read, states = [], [whole_state(model, optimizer)]
+    read, states = [], [whole_state(model, optimizer) if 0 in keep else None]
     for step in range(case["steps"]):
         read.append(train_step(model, optimizer, loader, seed_of(case, answers, step)))
-        states.append(whole_state(model, optimizer))
+        states.append(whole_state(model, optimizer) if step + 1 in keep else None)
     return {"read": read, "states": states} if rank == 0 else {}
 
 
@@ -294,7 +294,9 @@ class KilledRun:
         self.cut = plan_cut(directory, policy.before)
         shutil.copytree(directory, self.kept, symlinks=True)
         self.answers = [float(policy.answer(0, i)) for i in range(case["steps"] - 1)]
-        truth = run_on_ranks(never_failed_rank, case["killed_on"], case, self.answers, timeout=LAUNCH_S)
+        # the states the checks compare with: after the first step, at either resume (as killed, after the cut), last
+        keep = sorted({1, case["kill_after"] - 1, case["kill_after"], case["steps"]})
+        truth = run_on_ranks(never_failed_rank, case["killed_on"], case, self.answers, keep, timeout=LAUNCH_S)
         self.never_failed = truth["ranks"][0] if "ranks" in truth else None
         if self.never_failed is None:
             raise RuntimeError(f"the grader's run that never failed did not finish: {truth.get('error')}")

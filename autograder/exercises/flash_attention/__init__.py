@@ -14,7 +14,7 @@ float64 on the same inputs. The checks compare with it, normwise (max |error| / 
 multiples of the tile except in ``plain``; ``ragged`` has n_q ≠ n_k and one leading dimension.
 
 Method (the ``memory`` scenario, ``cases.MEMORY_N`` and ``MEMORY_D``: n_q = n_k = 2048, d = 32, one head, not
-causal, float32, with ``BLOCK_Q = BLOCK_K = 128`` set in the student's cell so that the tile loops stay short). There
+causal, float32, with ``BLOCK_Q = BLOCK_K = 256`` set in the student's cell so that the tile loops stay short). There
 an n × n float32 matrix is 16 MiB and q, k, v, o 256 KiB each, so such a matrix dominates. The scenario runs in a
 process of its own, and the launcher meters that process's peak memory from outside it: the check passes when the
 peak exceeds the reference's by at most half an n × n float32 matrix. Every wrong method that holds such a matrix

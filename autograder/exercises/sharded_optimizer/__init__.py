@@ -16,7 +16,7 @@ training with the unsharded ``optimizer_cls`` (on the same gradients, in the sam
 Method ("sharded"), measured outside the ranks. Whatever the object shows (its ``state``) is the student's to shape:
 issue 25's "no sharding at all" steps a full optimizer kept out of the walk's reach and shows a local optimizer
 holding this rank's share of its state (11/11 before). So the state check earns its points only when the memory
-agrees: the ``memory`` scenario runs AdamW on 4 ranks over 8 tensors of 512 × 1024 float32 (16 MiB of parameters,
+agrees: the ``memory`` scenario runs AdamW on 4 ranks over 8 tensors of 512 × 512 float32 (8 MiB of parameters,
 the same on every rank; new seeded gradients written in place before each of 2 steps), and after each step every
 rank hands its free heap pages back (malloc_trim: pages the launching process's heap lent it would count as held,
 +16 MiB for the flat style once in a test session) and stops at a gate of the grader's loop where the launcher reads
