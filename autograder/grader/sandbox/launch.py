@@ -292,7 +292,10 @@ def _bwrap_args(limits: Limits, uid: int | None, devices: Devices = CPU_ONLY, st
         args += ["--setenv", key, value]
     if isolate_ranks:  # the size of each rank's private /tmp and /dev/shm (isolation.py)
         args += ["--setenv", "AUTOGRADER_ISOLATE_RANKS", str(limits.tmp_bytes)]
-    args += ["--setenv", "AUTOGRADER_OWN_PID_NAMESPACE", "1", "--"]
+    args += ["--setenv", "AUTOGRADER_OWN_PID_NAMESPACE", "1"]
+    if uid is None:  # the zygote itself is PID 1: bubblewrap's own init, of the same uid, could be written by a task
+        args.append("--as-pid-1")  # (/proc/1/mem) and would outlive the sweep between two students
+    args.append("--")
     if uid is not None:
         args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
                  "--inh-caps=-all", "--bounding-set=-all"]
