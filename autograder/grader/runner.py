@@ -65,7 +65,7 @@ class _Worker:
         try:
             self.launch = self.stack.enter_context(sandbox.launch(
                 [sys.executable, "-m", "autograder.grader.sandbox.worker", "--results-fd", str(write_fd)], workdir,
-                reference=as_reference))
+                reference=as_reference, zygote=True))
             self.proc = subprocess.Popen(
                 self.launch.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.errors,
                 pass_fds=(write_fd,), cwd=workdir, env=self.launch.env, start_new_session=True,
