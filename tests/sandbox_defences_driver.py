@@ -10,10 +10,11 @@
   an orphaned grandchild.
 * ``lazy_import``: a rank imports one of the grader's modules after its isolation (the course may be checked out
   under /tmp, which each rank gets fresh).
-* ``reuse``: three students graded one after the other by the real runner, in one worker where it can be reused:
-  the first leaves files (one in a folder without permissions), SysV IPC objects and a process behind, and tries a
-  POSIX message queue; the second reports what it finds; the third kills the worker; the fourth, graded in a fresh
-  one, reports too.
+* ``reuse``: four students graded one after the other by the real runner, in one worker where it can be reused:
+  the first leaves files (one in a folder without permissions), SysV IPC objects and a process behind, tries a POSIX
+  message queue and keys, and plants, chmods, sets attributes and limits on whatever it can outside /tmp (bubblewrap's
+  / and /dev, the packages' parent, the zygote); the second reports what it finds; the third tries to kill the
+  worker; the fourth, graded after it, reports too.
 * ``costs``: milliseconds per rank fork with and without isolation, microseconds per memory sample.
 * ``epoll``: one worker fills its uid's epoll-watch quota (issue 25) while another runs two gloo ranks, with the
   sandbox as made here and with every worker under the grader's own uid (the control).
@@ -269,8 +270,32 @@ def worker(sandbox) -> dict:
             "output": result.output}
 
 
-LEAVES_BEHIND = r'''
-import ctypes, json, os, subprocess, sys
+# What a task sees of the sandbox outside /tmp and /dev/shm: bubblewrap's / and /dev, the folders it made for the
+# packages (on sys.path), the zygote's limits, keys. The first student looks before and after planting; the next
+# one must see what the first saw before.
+LOOK = r'''
+import json, os, stat
+def xattrs(path):
+    try:
+        return sorted(os.listxattr(path, follow_symlinks=False))
+    except OSError as exc:
+        return str(exc)
+by_bwrap = ["/", "/dev", *os.environ["PYTHONPATH"].split(":")]
+look = {"listing": {p: sorted(os.listdir(p)) for p in by_bwrap},
+        "modes": {p: oct(os.lstat(p).st_mode) for p in by_bwrap + ["/tmp", "/dev/shm", "/etc"]},
+        "xattrs": {p: xattrs(p) for p in by_bwrap + ["/tmp"]},
+        "mtimes": {p: os.lstat(p).st_mtime_ns for p in by_bwrap},
+        "links": {p: os.readlink(p) for p in ("/bin", "/sbin", "/lib", "/lib64", "/dev/fd") if os.path.islink(p)},
+        "zygote_limits": open(f"/proc/{os.getppid()}/limits").read(),  # a task can lower them (prlimit)
+        "zygote_nice": os.getpriority(os.PRIO_PROCESS, os.getppid()),
+        "keys": [line for line in open("/proc/keys").read().splitlines() if "left_by_a" in line]}
+import hashlib  # a digest per part: the feedback keeps only the first characters of what a task prints
+look = {part: hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:8] for part, seen in look.items()}
+'''
+
+LEAVES_BEHIND = LOOK + r'''
+import ctypes, resource, socket, subprocess, sys
+before = look
 open("/tmp/left_by_a.txt", "w").write("secret")
 open("/dev/shm/left_by_a", "w").write("secret")
 os.makedirs("/tmp/locked/inner")
@@ -281,13 +306,42 @@ made = {"shm": libc.shmget(0x5151, 4096, 0o1666), "sem": libc.semget(0x5152, 1, 
         "msg": libc.msgget(0x5153, 0o1666)}
 libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
 made["mq"] = libc.mq_open(b"/left_by_a", os.O_CREAT | os.O_RDWR, 0o666, None)
+libc.syscall.restype = ctypes.c_long
+for name, keyring in (("user_key", -4), ("session_key", -3)):  # add_key into @u, @s
+    made[name] = libc.syscall(248, b"user", b"left_by_a", b"secret", 6, keyring)
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)  # left_by_a"], start_new_session=True)
+planted = {}
+def attempt(what, action):  # under the grader's own uid these succeed; under a uid of its own they are refused
+    try:
+        action()
+        planted[what] = "done"
+    except OSError as exc:
+        planted[what] = exc.strerror
+package_parent = os.environ["PYTHONPATH"].split(":")[0]
+attempt("file in /", lambda: open("/left_by_a", "w").write("secret"))
+attempt("folder in /dev", lambda: os.makedirs("/dev/left_by_a/inner"))
+attempt("file in /dev", lambda: open("/dev/left_by_a.txt", "w").write("secret"))
+attempt("fifo in /", lambda: os.mkfifo("/left_by_a.fifo"))
+attempt("socket in /dev", lambda: socket.socket(socket.AF_UNIX).bind("/dev/left_by_a.sock"))
+attempt("module on sys.path", lambda: open(os.path.join(package_parent, "left_by_a.py"), "w").write("x = 1"))
+attempt("xattr on /", lambda: os.setxattr("/", "user.left_by_a", b"secret"))
+attempt("xattr on /tmp", lambda: os.setxattr("/tmp", "user.left_by_a", b"secret"))
+attempt("chmod /dev", lambda: os.chmod("/dev", 0o777))
+attempt("chmod /", lambda: os.chmod("/", 0o777))
+attempt("chmod package parent", lambda: os.chmod(package_parent, 0o777))
+attempt("chmod /tmp", lambda: os.chmod("/tmp", 0o700))
+attempt("symlink /sbin", lambda: (os.symlink("tmp", "/sbin.new"), os.replace("/sbin.new", "/sbin")))
+attempt("mtime of /dev", lambda: os.utime("/dev", (12345, 12345)))
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+attempt("zygote's open files", lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (64, hard)))
+attempt("pid 1's memory", lambda: os.close(os.open("/proc/1/mem", os.O_RDWR)))
 zygote = open(f"/proc/{os.getppid()}/stat").read().split()[21]
-print("FOUND" + json.dumps({"made": made, "zygote": zygote}))
+''' + LOOK + r'''
+print("FOUND" + json.dumps({"made": made, "zygote": zygote, "planted": planted, "before": before, "after": look}))
 '''
 
-FINDS = r'''
-import ctypes, json, os
+FINDS = LOOK + r'''
+import ctypes
 def alive(pid):
     try:
         return "left_by_a" in open(f"/proc/{pid}/cmdline").read()
@@ -308,8 +362,9 @@ found = {"tmp": names("/tmp"), "shm": names("/dev/shm"),
          "mq": libc.mq_open(b"/left_by_a", os.O_RDWR, 0, None),
          "zygote": open(f"/proc/{os.getppid()}/stat").read().split()[21],
          "zygote_threads": len(os.listdir(f"/proc/{os.getppid()}/task")),
-         # where a task could leave a file the sweep does not remove: bubblewrap's own folders, the packages' parent
-         "writable": [p for p in ("/", "/dev", "/etc", *os.environ["PYTHONPATH"].split(":")) if os.access(p, os.W_OK)]}
+         # where a task could leave a file outside the emptied folders: bubblewrap's own folders, the packages' parent
+         "writable": [p for p in ("/", "/dev", "/etc", *os.environ["PYTHONPATH"].split(":")) if os.access(p, os.W_OK)],
+         "look": look}
 print("FOUND" + json.dumps(found))
 '''
 

@@ -76,8 +76,9 @@ def run_isolated(tasks: list[Task], sandbox: Sandbox) -> tuple[dict, float]:
 
 def _run_in_one_worker(tasks: list[Task], sandbox: Sandbox) -> tuple[dict, float]:
     """Where every worker shares the grader's identity, the rank exercises in a worker of their own that runs while
-    no other worker does (``Sandbox.one_identity``). The next one starts a fresh sandbox (seconds to import torch),
-    while a killed one's processes, and the watches they held, are gone within milliseconds, so no canary run is
+    no other worker does (``Sandbox.one_identity``). A worker kept for the next student (runner.IDLE_WORKERS) runs
+    nothing while it waits: its sweep killed and reaped every process of the student before, and with them the
+    watches they held, before it said "ready" (the zygote itself holds pipes and no watch), so no canary run is
     needed before blaming a student's code for a gloo failure."""
     if not sandbox.one_identity:
         return run_tasks(tasks, sandbox)

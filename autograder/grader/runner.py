@@ -65,7 +65,7 @@ class _Worker:
         try:
             self.launch = self.stack.enter_context(sandbox.launch(
                 [sys.executable, "-m", "autograder.grader.sandbox.worker", "--results-fd", str(write_fd)], workdir,
-                reference=as_reference))
+                reference=as_reference, zygote=True))
             self.proc = subprocess.Popen(
                 self.launch.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.errors,
                 pass_fds=(write_fd,), cwd=workdir, env=self.launch.env, start_new_session=True,
@@ -147,10 +147,9 @@ def close_idle_workers() -> None:
 
 def _reusable(sandbox: Sandbox, as_reference: bool):
     """The kind of sandbox a worker can be reused for, or None: only a bubblewrap sandbox (its own PID, IPC and mount
-    namespaces, which the zygote sweeps between jobs) whose workers run under a uid of their own (under the grader's
-    own uid, bubblewrap's / and /dev are that uid's and writable, beyond what the sweep empties), and never the
-    reference's (it keeps forbidden libraries)."""
-    if sandbox.mode != "bubblewrap" or sandbox.one_identity or as_reference:
+    namespaces, which the zygote sweeps between jobs: under the grader's own uid, bubblewrap's / and /dev too), and
+    never the reference's (it keeps forbidden libraries)."""
+    if sandbox.mode != "bubblewrap" or as_reference:
         return None
     return sandbox.fingerprint(), tuple(sandbox.stubs.args())
 

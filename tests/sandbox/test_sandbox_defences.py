@@ -319,27 +319,44 @@ def test_the_grading_worker_isolates_each_rank(who):
 @pytest.mark.slow
 @pytest.mark.parametrize("who", WHO)
 def test_a_reused_worker_leaves_nothing_of_one_student_to_the_next(who):
-    """Students graded one after the other in one sandbox (runner.IDLE_WORKERS): what the first leaves behind (files,
-    a folder without permissions, SysV IPC objects, a process) is gone for the second, no POSIX message queue can be
-    made, the zygote forks with one thread, and a student who kills the worker is graded alone: the next one gets a
-    fresh sandbox. Under the grader's own uid (one identity) workers are not reused at all."""
+    """Students graded one after the other in one sandbox (runner.IDLE_WORKERS), under uids of their own and under the
+    grader's own uid (one identity) alike: what the first leaves behind (files, a folder without permissions, SysV IPC
+    objects, a process; under one identity also files, folders, a fifo and a socket in bubblewrap's / and /dev, a
+    module on sys.path, chmods, extended attributes, a replaced symlink, times) and what it changes in the zygote
+    (its open-files limit) is gone for the second, which sees the sandbox as the first found it; no POSIX message
+    queue and no key can be made, the zygote forks with one thread. A student who kills the worker is graded alone
+    and the next one gets a fresh sandbox; under one identity the zygote is its namespace's PID 1 (bubblewrap's own
+    init would be the task's uid, its memory writable), which no task can kill, and the next one is graded there."""
     found = drive_as(who, "reuse")
     a, b, c, d = found["a"], found["b"], found["c"], found["d"]
     assert a["status"] == b["status"] == d["status"] == "ok", found
-    assert a["said"]["made"]["shm"] >= 0 and a["said"]["made"]["mq"] == -1, found  # SysV made; POSIX refused
-    if found["one_identity"]:  # bubblewrap's / and /dev are the grader's uid's, writable: never reused
-        assert a["idle_after"] == b["idle_after"] == 0 and b["said"]["zygote"] != a["said"]["zygote"], found
-        assert "/" in b["said"]["writable"], found  # the reason
+    made, planted = a["said"]["made"], a["said"]["planted"]
+    assert made["shm"] >= 0 and made["mq"] == made["user_key"] == made["session_key"] == -1, found  # SysV made only
+    assert a["idle_after"] == b["idle_after"] == 1 and b["said"]["zygote"] == a["said"]["zygote"], found  # reused
+    assert planted["zygote's open files"] == "done", found  # a task of the zygote's uid can lower its limits
+    assert planted["pid 1's memory"] == "Permission denied", found
+    if found["one_identity"]:  # bubblewrap's / and /dev are the grader's uid's, writable: the control
+        assert "/" in b["said"]["writable"], found
+        assert all(how == "done" for what, how in planted.items() if what != "pid 1's memory"), found
+        assert a["said"]["after"]["listing"] != a["said"]["before"]["listing"], found
     else:
-        assert a["idle_after"] == b["idle_after"] == 1 and b["said"]["zygote"] == a["said"]["zygote"], found
         assert b["said"]["writable"] == [], found  # the sweep's folders are all a task can write
+        assert all(how != "done" for what, how in planted.items() if what != "zygote's open files"), found
+    pristine = a["said"]["before"]
+    assert a["said"]["after"]["zygote_limits"] != pristine["zygote_limits"], found
+    assert b["said"]["look"] == pristine, found
     for later in (b, d):
         assert not {"left_by_a.txt", "locked", "inner", "f"} & set(later["said"]["tmp"]), found
         assert later["said"]["shm"] == later["said"]["sysv"] == later["said"]["processes"] == [], found
         assert later["said"]["mq"] == -1, found
         assert later["said"]["zygote_threads"] == 1, found  # forks copy no OpenMP pool or lock half-taken
-    assert c["status"] == "failed" and "stopped the grading worker" in c["reason"], found
-    assert d["said"]["zygote"] != a["said"]["zygote"], found  # a fresh sandbox after the killed one
+        assert {k: v for k, v in later["said"]["look"].items() if k != "mtimes"} == \
+            {k: v for k, v in pristine.items() if k != "mtimes"}, found
+    if found["one_identity"]:  # the zygote is PID 1 of its namespace: a signal from inside cannot kill it
+        assert c["status"] == "ok" and d["said"]["zygote"] == a["said"]["zygote"], found
+    else:
+        assert c["status"] == "failed" and "stopped the grading worker" in c["reason"], found
+        assert d["said"]["zygote"] != a["said"]["zygote"], found  # a fresh sandbox after the killed one
 
 
 @pytest.mark.slow

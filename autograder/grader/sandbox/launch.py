@@ -129,20 +129,21 @@ class Sandbox:
     devices: Devices = CPU_ONLY    # the same for every worker: the reference's and each student's
 
     @contextmanager
-    def launch(self, argv: list[str], workdir: str, *, reference: bool = False):
-        """How to start one worker (the reference's keeps the forbidden libraries); valid while the block runs (it
-        holds a uid and a cgroup)."""
+    def launch(self, argv: list[str], workdir: str, *, reference: bool = False, zygote: bool = False):
+        """How to start one worker (the reference's keeps the forbidden libraries; a ``zygote``, worker.py, is its
+        namespace's PID 1 under one identity: ``_bwrap_args``); valid while the block runs (it holds a uid and a
+        cgroup)."""
         group = WorkerGroup(self.cgroups, self.limits.total_memory_bytes, self.limits.processes) \
             if self.mode != "off" and self.cgroups.backend else None
         try:
             with (self.uids.take() if self.uids else _no_uid()) as uid:
-                yield self._launch(argv, workdir, uid, group, reference)
+                yield self._launch(argv, workdir, uid, group, reference, zygote)
         finally:
             if group:
                 group.remove()
 
     def _launch(self, argv: list[str], workdir: str, uid: int | None, group: WorkerGroup | None,
-                reference: bool = False) -> Launch:
+                reference: bool = False, zygote: bool = False) -> Launch:
         prefix = group.command_prefix() if group else []
         env = _worker_env(home=workdir, devices=self.devices)
         if self.mode == "off":
@@ -161,8 +162,8 @@ class Sandbox:
         if self.subids:  # root of a user namespace of our subordinate uids: setpriv then gives a kernel uid of its own
             prefix += self.subids.prefix(self.uid, limits.processes)
         stubs = () if reference else self.stubs.args()
-        return Launch(prefix + _bwrap_args(limits, uid, self.devices, stubs, self.isolate_ranks) + argv, env, preexec,
-                      group)
+        return Launch(prefix + _bwrap_args(limits, uid, self.devices, stubs, self.isolate_ranks, zygote) + argv, env,
+                      preexec, group)
 
     def __reduce__(self):  # a fresh uid pool wherever the sandbox is unpickled (Dask workers)
         return (Sandbox, (self.mode, self.limits, self.uid, self.warning,
@@ -267,7 +268,7 @@ def _device_args(devices: Devices) -> list[str]:
 
 
 def _bwrap_args(limits: Limits, uid: int | None, devices: Devices = CPU_ONLY, stubs: tuple | list = (),
-                isolate_ranks: bool = False) -> list[str]:
+                isolate_ranks: bool = False, zygote: bool = False) -> list[str]:
     args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "grader",
             "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
@@ -292,7 +293,10 @@ def _bwrap_args(limits: Limits, uid: int | None, devices: Devices = CPU_ONLY, st
         args += ["--setenv", key, value]
     if isolate_ranks:  # the size of each rank's private /tmp and /dev/shm (isolation.py)
         args += ["--setenv", "AUTOGRADER_ISOLATE_RANKS", str(limits.tmp_bytes)]
-    args += ["--setenv", "AUTOGRADER_OWN_PID_NAMESPACE", "1", "--"]
+    args += ["--setenv", "AUTOGRADER_OWN_PID_NAMESPACE", "1"]
+    if zygote and uid is None:  # the zygote is PID 1 itself: bubblewrap's own init would be of the tasks' uid, its
+        args.append("--as-pid-1")  # memory writable (/proc/1/mem), and it outlives the sweep between two students
+    args.append("--")
     if uid is not None:
         args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
                  "--inh-caps=-all", "--bounding-set=-all"]

@@ -8,8 +8,9 @@ Python, torch and the exercise modules are imported once, before any submitted c
 process. Each task then runs in a forked child with its own session: a crash, hang, ``os._exit``, flood
 or monkeypatch in one task cannot reach the next one, and the zygote is never running student code.
 In a sandbox of its own (bubblewrap) the zygote grades one student's job after another: between two jobs it
-kills every other process of the sandbox and empties what outlives a process (its tmpfs, SysV IPC), and says
-"ready" only when all of that is done (``fresh_for_next_job``; docs/grading.md says why that is enough).
+kills every other process of the sandbox, empties what outlives a process (its tmpfs, SysV IPC) and puts back what
+bubblewrap made as it was before the first task (its / and /dev, the zygote's own limits), and says "ready" only
+when all of that is done (``fresh_for_next_job``; docs/grading.md says why that is enough).
 """
 import argparse
 import ctypes
@@ -33,8 +34,9 @@ from ..messages import BadMessage, Task, loads_bounded
 from .hugepages import collapse_anonymous_memory
 from .isolation import close_inherited, isolate_rank, rank_outputs
 from .kernels import switch_off
+from .keyrings import deny_keyrings
 from .rank_holdings import RankFamilies, send_tmpfs
-from .reset import fresh_for_next_job
+from .reset import baseline, fresh_for_next_job
 from .scheduling import protect_from_rescheduling
 
 RESULT_LIMIT = 3 << 20       # bytes of observation a task may send back (the grader reads lines of 4 MiB)
@@ -183,6 +185,16 @@ def _stop_everything_but_me(pid: int) -> None:
                 pass
 
 
+def _reap_orphans() -> None:
+    """Under one identity the zygote is its PID namespace's init (launch.py): what a task left running and the kill
+    ended is its zombie until reaped, and would count against the next task's process limit."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
 def _why_no_result(wait_status: int | None, timed_out: bool, timeout: float) -> str:
     if timed_out:
         return f"Your code did not finish within {timeout:g} s (an endless loop, or a rank waiting for a collective?)."
@@ -268,14 +280,17 @@ def main() -> None:
     preload()
     collapse_anonymous_memory()  # every task and rank is forked from here: forks and exits cost far less then
     _not_dumpable()
+    keys_denied = deny_keyrings()
     results = os.fdopen(args.results_fd, "w", buffering=1)
     own_sandbox = bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE"))
+    before = baseline() if own_sandbox else None  # before any submitted code: what the sweep puts back
     while job:
         for raw in job["tasks"]:
             task = Task.from_json(raw)
             results.write(json.dumps({"key": task.key, "event": "start"}) + "\n")
             results.write(json.dumps(run_task(task, bool(job.get("as_reference")), args.results_fd)) + "\n")
-        if not (own_sandbox and fresh_for_next_job()):
+            _reap_orphans()
+        if not (own_sandbox and keys_denied and fresh_for_next_job(before=before)):
             return  # the grader starts a fresh sandbox for the next student
         peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
         results.write(json.dumps({"event": "ready", "peak_kib": peak}) + "\n")
