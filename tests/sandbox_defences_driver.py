@@ -170,7 +170,7 @@ for counted in ("families", "ranks alone"):
     if counted == "ranks alone":  # the control: the meter's default, each rank process by itself
         ranks.configure(child_setup=ranks._child_setup[0])
     for how in ("nothing", "itself", "child", "orphan", "tmpfs", "undumpable tmpfs"):
-        result = ranks.run_on_ranks(hold, 2, how, timeout=30)
+        result = ranks.run_on_ranks(hold, 2, how, timeout=30, peaks=True)  # a check reads the peaks
         found[f"{how}, {counted}"] = [p // MIB for p in result["meter"]["peak_bytes"]] if "meter" in result else result
 print(json.dumps(found))
 """
