@@ -5,28 +5,14 @@ uid (one identity) it is shared by every sandbox, the ones graded at the same ti
 own login (its keys could be read). Nothing the course uses needs a key, so the zygote installs this seccomp filter
 on itself before any task: every process it forks keeps it, and the sweep has no key to look for.
 """
-import ctypes
 import errno
 import platform
 
-from .scheduling import (
-    JEQ_K,
-    JGE_K,
-    LD_W_ABS,
-    PR_SET_NO_NEW_PRIVS,
-    PR_SET_SECCOMP,
-    RET_K,
-    SECCOMP_MODE_FILTER,
-    X32_BIT,
-    _Instruction,
-    _Program,
-)
+from .scheduling import JEQ_K, JGE_K, LD_W_ABS, RET_K, X32_BIT, install_filter
 
 RET_ALLOW, RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
 # per architecture: (AUDIT_ARCH_*, the numbers of add_key, request_key, keyctl)
 ARCHES = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def program(machine: str | None = None) -> list[tuple[int, int, int, int]] | None:
@@ -45,11 +31,4 @@ def program(machine: str | None = None) -> list[tuple[int, int, int, int]] | Non
 def deny_keyrings() -> bool:
     """In the zygote, before any task: True once the filter is in place (False on an unknown architecture or a
     kernel without seccomp: the zygote then grades one student only)."""
-    instructions = program()
-    if instructions is None:
-        return False
-    array = (_Instruction * len(instructions))(*[_Instruction(*i) for i in instructions])
-    prog = _Program(len(instructions), array)
-    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0:
-        return False
-    return _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0
+    return install_filter(program())

@@ -81,7 +81,12 @@ def program(protected: list[int], machine: str | None = None) -> list[tuple[int,
 def protect_from_rescheduling(protected: list[int]) -> bool:
     """In a rank, before submitted code: refuse changes to the scheduling of ``protected`` pids (and of process groups
     and users). False where this architecture or kernel offers no seccomp filter (the rank goes on)."""
-    instructions = program(protected)
+    return install_filter(program(protected))
+
+
+def install_filter(instructions: list[tuple[int, int, int, int]] | None) -> bool:
+    """Put a seccomp filter of (code, jt, jf, k) instructions on this process and every one it forks from now on;
+    False where there is none (an architecture the caller does not know) or the kernel refuses it."""
     if instructions is None:
         return False
     array = (_Instruction * len(instructions))(*[_Instruction(*i) for i in instructions])
