@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import mistune
 import pytest
@@ -138,6 +139,10 @@ ZERO_WITH_REASON = {
     "fifo_instead_of_file": "not a regular file",
     "fills_dev_shm": "No space left on device",
 }
+# Students whose cell signals its worker: under one identity the zygote is PID 1 and ignores it, so the cell goes on
+# to its wrong body and scores 0 for it.
+STOPS_THE_WORKER = {"stops_its_worker", "kills_grader_worker"}
+UNSTOPPABLE = "returns the same value whatever the data"
 FULL = ["honest_a", "honest_b", "html_outputs", "kim+lee@uni.example", "extra_lesson_upload", "L" * 250]
 
 WRONG_BODY = '''
@@ -279,9 +284,10 @@ def test_the_batch_completes_with_every_output(hostile_class):
 
 @pytest.mark.parametrize("student", sorted(ZERO_WITH_REASON))
 def test_attack_scores_zero_with_reason(hostile_class, student):
-    *_, rows = hostile_class
+    who, *_, rows = hostile_class
     row = by_student(rows)[student]
-    assert float(row["score"]) == 0 and ZERO_WITH_REASON[student] in row["feedback"], row
+    expected = UNSTOPPABLE if student in STOPS_THE_WORKER and one_identity(who) else ZERO_WITH_REASON[student]
+    assert float(row["score"]) == 0 and expected in row["feedback"], row
 
 
 def test_honest_students_keep_full_marks(hostile_class):
@@ -294,9 +300,20 @@ def test_honest_students_keep_full_marks(hostile_class):
 
 
 def test_time_limit_holds_from_outside(hostile_class):
-    *_, rows = hostile_class
+    who, *_, rows = hostile_class
     row = by_student(rows)["stops_its_worker"]
-    assert "grader stopped it" in row["feedback"] and "FORGED" not in row["feedback"], row
+    stopped = UNSTOPPABLE if one_identity(who) else "grader stopped it"  # else its SIGSTOP did nothing
+    assert stopped in row["feedback"] and "FORGED" not in row["feedback"], row
+
+
+def one_identity(who: str) -> bool:
+    """The grader ran as the ordinary test user without subordinate uids: every worker has its uid, and the zygote is
+    its sandbox's PID 1, which a signal from inside does not stop or kill (docs/grading.md)."""
+    try:
+        ranges = Path("/etc/subuid").read_text().splitlines()
+    except OSError:
+        ranges = []
+    return who == "user" and not any(line.startswith(f"{USER}:") for line in ranges)
 
 
 def test_csv_cells_are_inert(hostile_class):
@@ -385,7 +402,8 @@ def test_hostile_scores_zero_with_reason(hostile_class, student):
     *_, rows = hostile_class
     row = by_student(rows)[student]
     assert float(row["score"]) == 0.0, row
-    assert HOSTILE[student][1] in row["feedback"], row
+    expected = UNSTOPPABLE if student in STOPS_THE_WORKER and one_identity(hostile_class[0]) else HOSTILE[student][1]
+    assert expected in row["feedback"], row
 
 
 def test_honest_students_next_to_hostile_cells_keep_full_marks(hostile_class):
