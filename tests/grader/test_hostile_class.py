@@ -302,7 +302,7 @@ def test_honest_students_keep_full_marks(hostile_class):
 def test_time_limit_holds_from_outside(hostile_class):
     who, *_, rows = hostile_class
     row = by_student(rows)["stops_its_worker"]
-    stopped = UNSTOPPABLE if one_identity(who) else "grader stopped it"  # else its SIGSTOP did nothing
+    stopped = UNSTOPPABLE if one_identity(who) else "grader stopped it"  # one identity: its SIGSTOP does nothing
     assert stopped in row["feedback"] and "FORGED" not in row["feedback"], row
 
 
