@@ -11,7 +11,8 @@ folders that lead to it, emptied of anything else.
 Under the grader's own uid (one identity) a task can also write bubblewrap's own ``/`` and ``/dev`` (tmpfs of that
 uid): plant files there, replace a symlink, chmod or set extended attributes (ACLs) on what bubblewrap made. The
 zygote takes a ``Baseline`` of them before any task runs, and the sweep puts them back as they were: what is not in
-it is removed, modes, attributes, symlinks and times are restored, and the result must equal the baseline. The same
+it is removed, modes, attributes, symlinks and times are restored, and the result must equal the baseline
+(times left out: set back, not checked). The same
 baseline holds the zygote's own rlimits, nice value, scheduler and CPU affinity, which a task of the same uid can
 change from outside (prlimit, setpriority, sched_setaffinity).
 
