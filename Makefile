@@ -35,17 +35,19 @@ nbgrader: env
 	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/nbgrader $(ARGS)
 
 ## test: lint, check the generated files, run every test (about 35 min on 2 cores; the browser tests need chromium)
-## (most of them in TEST_PROCESSES processes side by side (tests/conftest.py: which tests share a process, the costliest first), then the
-## `serial` ones alone, then the fast tier under the CPU kernels other machines pick: test-any-cpu)
+## (most of them in TEST_PROCESSES processes side by side (tests/conftest.py: which tests share a process, the costliest
+## first) while the fast tier runs again under the CPU kernels other machines pick (test-any-cpu: it fills the cores
+## the others leave idle while they wait for a deadlock's timeout or a notebook's kernel), then the `serial` ones alone)
 TEST_PROCESSES ?= 2
 # the files that mark tests `serial`: the serial steps collect only these (collecting every file costs ~14 s of CPU)
 SERIAL_FILES = $(shell grep -rlE 'mark\.serial' tests --include='test_*.py' | sort)
 test: env
 	$(VENV)/bin/ruff check .
 	$(PY) -m autograder generate --check
-	$(PY) -m pytest -n $(TEST_PROCESSES) -m "not serial"; side_by_side=$$?; \
+	mkdir -p test-artifacts; $(PY) tests/any_cpu.py > test-artifacts/any-cpu.txt 2>&1 & any_cpu_pid=$$!; \
+	    $(PY) -m pytest -n $(TEST_PROCESSES) -m "not serial"; side_by_side=$$?; \
+	    wait $$any_cpu_pid; any_cpu=$$?; cat test-artifacts/any-cpu.txt; \
 	    $(PY) -m pytest -m serial $(SERIAL_FILES); alone=$$?; \
-	    $(PY) tests/any_cpu.py; any_cpu=$$?; \
 	    [ $$side_by_side = 0 ] && [ $$alone = 0 ] && [ $$any_cpu = 0 ]
 
 ## test-any-cpu: the fast tier again under ATen's two other CPU kernel levels (e.g. default and AVX2), side by side
