@@ -120,7 +120,9 @@ def _build_envs(settings: HubSettings, wheel: Path, log) -> None:
     jobs = {"student": [str(wheel), JUPYTERHUB], "instructor": [f"-e {settings.course}", JUPYTERHUB],
             "hub": [JUPYTERHUB]}
     with ThreadPoolExecutor(len(jobs)) as pool:
-        futures = {name: pool.submit(build_env, settings.env(name), reqs, log=log) for name, reqs in jobs.items()}
+        seed = {"student": settings.seed_site, "instructor": settings.seed_site}  # the hub's own env has no torch
+        futures = {name: pool.submit(build_env, settings.env(name), reqs, seed=seed.get(name) or None, log=log)
+                   for name, reqs in jobs.items()}
         for name, future in futures.items():
             if future.result():
                 log(f"  {settings.env(name)}: built")

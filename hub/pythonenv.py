@@ -9,10 +9,13 @@ unprivileged worker) is therefore made from the system's Python (Debian: ``/usr/
     build_env(Path("/opt/x/student-env"), ["./kit.whl", "jupyterhub==6.1.1"])
 
 An environment is rebuilt only when what was asked for changes (a stamp file records it), so calling this
-again is cheap.
+again is cheap. ``seed`` (a site-packages of the same Python version) hard-links torch and triton, with what they
+require, into a new environment before pip runs: pip finds them installed and skips their ~1.4 GB (the tests' hubs
+reuse the test suite's own; every other package is still installed by pip from the requirements).
 """
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,7 +63,8 @@ def _fingerprint(requirements: list[str]) -> str:
     return digest.hexdigest()
 
 
-def build_env(path: Path, requirements: list[str], *, python: str | None = None, log=print) -> bool:
+def build_env(path: Path, requirements: list[str], *, python: str | None = None, seed: Path | None = None,
+              log=print) -> bool:
     """Create (or keep) a virtual environment at ``path`` with ``requirements`` installed; returns True when built.
 
     A requirement may be ``-e FOLDER`` for an editable install. Everything under ``path`` is made world-readable
@@ -79,6 +83,8 @@ def build_env(path: Path, requirements: list[str], *, python: str | None = None,
            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1",
            **{k: v for k, v in os.environ.items() if k in PIP_SETTINGS}}
     _run([python, "-m", "venv", str(path)], env)
+    if seed:
+        link_installed(Path(seed), path, SEEDED)
     args = []
     for req in requirements:
         args += ["-e", req[3:].strip()] if req.startswith("-e ") else [req]
@@ -94,6 +100,60 @@ def _run(command: list[str], env: dict) -> None:
         noise = "is ignored: it is neither a file nor a directory"  # harmless warnings of local index mirrors
         output = "\n".join(line for line in (done.stdout + done.stderr).splitlines() if noise not in line)
         raise EnvBuildError(f"{' '.join(command[:4])} … failed ({done.returncode}):\n{output[-3000:]}")
+
+
+SEEDED = ("torch", "triton")  # the two largest wheels of the course's requirements
+
+
+def link_installed(site: Path, env: Path, names: tuple[str, ...]) -> None:
+    """The distributions ``names`` installed in ``site``, and every distribution they require, made installed in
+    the virtual environment ``env`` too: their files hard-linked (copied across file systems), their scripts
+    written to ``env``/bin for its own interpreter. Links, not a .pth naming ``site``: pip in ``env`` may upgrade
+    or remove what it finds, and an unlink never touches the originals."""
+    from importlib.metadata import distributions
+
+    from packaging.requirements import Requirement
+
+    (target,) = env.glob("lib/python*/site-packages")
+    if target.parent.name != site.parent.name:
+        raise EnvBuildError(f"{site} is not for {target.parent.name}: it cannot seed {env}")
+    installed = {_normal(d.metadata["Name"]): d for d in distributions(path=[str(site)])}
+    todo, done = [_normal(n) for n in names], set()
+    while todo:
+        name = todo.pop()
+        if name in done or name not in installed or name in ("pip", "setuptools"):  # the venv has its own
+            continue
+        done.add(name)
+        dist = installed[name]
+        for file in dist.files or ():
+            source = Path(dist.locate_file(file))
+            if file.parts[0] != "..":
+                _link(source, target / file)
+            elif file.parts[-2] == "bin" and source.is_file():  # a console script: its #! names site's interpreter
+                script = env / "bin" / file.name
+                lines = source.read_bytes().split(b"\n", 1)
+                if lines[0].startswith(b"#!"):
+                    lines[0] = f"#!{env / 'bin' / 'python'}".encode()
+                script.write_bytes(b"\n".join(lines))
+                script.chmod(0o755)
+        for text in dist.requires or ():
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(_normal(req.name))
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _link(source: Path, target: Path) -> None:
+    if target.exists() or not source.is_file():  # a file RECORD lists that is not there
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copy2(source, target)
 
 
 def make_readable(path: Path) -> None:

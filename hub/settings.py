@@ -26,6 +26,8 @@ class HubSettings:
     group_prefix: str = "tas"                 # Unix groups <prefix>-instructors and <prefix>-students
     mem_limit: str = "4G"                     # per user server, kernels and ranks included
     cpu_limit: float = 1.0                    # CPUs per user server
+    seed_site: str = ""                       # a Python 3.11 site-packages holding torch==2.13.0: linked, not
+                                              # installed again, into the student and instructor envs (the tests)
 
     # ---- derived paths -------------------------------------------------------------------------
     @property

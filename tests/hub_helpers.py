@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,7 +92,10 @@ def start_class_hub(tmp: Path) -> ClassHub:
     tag = f"th{secrets.token_hex(2)}"
     env = {"TAS_HUB_ROOT": f"/srv/{tag}-hub", "TAS_HUB_ENVS": f"/opt/{tag}-hub", "TAS_HUB_GROUP_PREFIX": tag,
            "TAS_HUB_PORT": str(free_port()), "TAS_HUB_HUB_PORT": str(free_port()),
-           "TAS_HUB_API_PORT": str(free_port()), "TAS_HUB_MEM_LIMIT": "3G", "TAS_HUB_CPU_LIMIT": "1"}
+           "TAS_HUB_API_PORT": str(free_port()), "TAS_HUB_MEM_LIMIT": "3G", "TAS_HUB_CPU_LIMIT": "1",
+           # this suite's torch and triton, linked into the hub's envs: pip installs everything else (installing
+           # torch for real is the installed_kit fixture's test)
+           "TAS_HUB_SEED_SITE": sysconfig.get_paths()["purelib"]}
     hub = ClassHub(tag, env)
     class_list = tmp / "class.csv"
     rows = [["username", "role", "name"], [hub.instructor, "instructor", "Test Teacher"]]
