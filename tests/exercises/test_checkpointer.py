@@ -74,3 +74,45 @@ def test_each_killed_run_is_answered_seeds_of_its_own():
         assert close(flat(a["read"]), flat(b["read"]), atol=1e-6) and close(a["first"], b["first"], atol=1e-6)
         assert max(abs(x - y) for x, y in zip(a["final"], b["final"])) > 1e-3
     assert all(r.passed for r in grade_source(EX, reference_source(EX)))
+
+
+_RANKS_WARM_OR_COLD = '''
+import json, sys
+import torch
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from autograder.exercises.beside.ranks import run_on_ranks
+from autograder.exercises.checkpointer import observe, warm
+
+def rank(rank, world_size, case):
+    model, optimizer, loader = observe.new_run(case)
+    read = [observe.train_step(model, optimizer, loader, seed) for seed in (None, 7, 8)]
+    model_state, optim_state = get_state_dict(model, optimizer)
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+    read.append(observe.train_step(model, optimizer, loader, 9))
+    local = [[list(t.to_local().shape), repr(t.placements), t.to_local().double().sum().item()]
+             for p in model.parameters() for t in (p, *optimizer.state[p].values()) if hasattr(t, "to_local")]
+    whole = observe.whole_state(model, optimizer) if not case["memory"] else observe.trained_digest(model)
+    return {"read": read, "local": local, "whole": whole}
+
+cases = observe.cases(3)
+if sys.argv[1] == "warm":
+    warm.warm(list(cases.values()), observe.warm_up)
+found = {f"{key} on {size}": run_on_ranks(rank, size, case, timeout=60).get("ranks")
+         for key, size in (("resize", 2), ("resize", 3), ("memory", 2)) for case in [cases[key]]}
+print(json.dumps(found))
+'''
+
+
+@pytest.mark.slow
+def test_ranks_forked_after_the_warm_up_compute_what_cold_ranks_compute():
+    """warm.py: ranks that inherit the launcher's warmed sharding caches (and rebind its mesh) give every rank,
+    on 2 and 3 ranks (uneven shards, one empty), the same local shapes, placements and values as cold ranks."""
+    import json
+    import subprocess
+    import sys
+
+    cold, warmed = (json.loads(subprocess.run([sys.executable, "-c", _RANKS_WARM_OR_COLD, side], check=True,
+                                              capture_output=True, text=True).stdout.splitlines()[-1])
+                    for side in ("cold", "warm"))
+    assert all(ranks for ranks in cold.values()), cold
+    assert warmed == cold

@@ -34,6 +34,7 @@ from ..beside.gating import factors, step_seed
 from ..beside.meter import GatePolicy
 from ..beside.observing import float32_data, observation, plain
 from ..beside.ranks import ask_gate, run_on_ranks, student_call
+from . import warm
 from .cases import GLOBAL_BATCH, LR, ROWS, cases, expected_step
 
 LAUNCH_S = 25  # one launch; a correct one takes about a second, several on a loaded 2-core machine
@@ -70,10 +71,8 @@ class ShardedMLP(nn.Module):
 def new_run(case: dict):
     """What a fresh process builds from the seeds: model, optimizer and loader; the RNG seeded the same on every
     rank (so every rank draws the same random numbers, and one saved state serves any world size)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
     torch.manual_seed(case["model_seed"])
-    model = ShardedMLP(case["sizes"], init_device_mesh("cpu", (dist.get_world_size(),)))
+    model = ShardedMLP(case["sizes"], warm.device_mesh(dist.get_world_size()))
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, foreach=True)  # DTensor ops: fewer with foreach
     x = torch.randn(ROWS, case["sizes"][0], generator=torch.Generator().manual_seed(case["data_seed"]))
     loader = ShuffledBatches(x, x.sum(1, keepdim=True).sin(), GLOBAL_BATCH, seed=case["data_seed"])
@@ -97,18 +96,18 @@ def train_step(model, optimizer, loader, seed: int | None = None) -> list[float]
     return [float(x.double().sum()), float(noise.double().sum())]
 
 
-def whole_state(model, optimizer) -> dict:
-    """Every parameter and both AdamW moments (zeros where AdamW holds none yet), gathered (a collective), as
-    float32 lists; AdamW's step count."""
-    params, moments, steps = [], [], []
+def whole_state(model, optimizer, moments: bool = True) -> dict:
+    """Every parameter and, with ``moments``, both AdamW moments (zeros where AdamW holds none yet), gathered (a
+    collective), as float32 lists; AdamW's step count."""
+    params, gathered, steps = [], [], []
     for p in model.parameters():
         state = optimizer.state.get(p, {})
         params += float32_data(p.detach().full_tensor().flatten())
-        for name in ("exp_avg", "exp_avg_sq"):
+        for name in ("exp_avg", "exp_avg_sq") if moments else ():
             moment = state.get(name)
-            moments += float32_data(moment.full_tensor().flatten()) if moment is not None else [0.0] * p.numel()
+            gathered += float32_data(moment.full_tensor().flatten()) if moment is not None else [0.0] * p.numel()
         steps.append(float(state["step"]) if "step" in state else 0.0)
-    return {"params": params, "moments": moments, "adam_step": max(steps, default=0.0)}
+    return {"params": params, "moments": gathered, "adam_step": max(steps, default=0.0)}
 
 
 def trained_digest(model) -> list[float]:
@@ -151,7 +150,8 @@ def before_rank(rank: int, world_size: int, cls, case: dict, directory: str) -> 
 
 
 def after_rank(rank: int, world_size: int, cls, case: dict, directory: str, answers: list) -> dict:
-    """A fresh process on the new world size: load(), then train to the end, saving as before. ``answers``: the
+    """A fresh process on the new world size: load(), then train to the end (without saving: no check reads a save
+    of the resumed run, and saves were most of its time). ``answers``: the
     launcher's seeds for the steps after the newest complete save (None before it: a rank that resumes from an
     older step trains with other weights, as it would with other data)."""
     quiet()
@@ -163,22 +163,27 @@ def after_rank(rank: int, world_size: int, cls, case: dict, directory: str, answ
     read = []
     for step in range(start, case["steps"]):
         read.append(train_step(model, optimizer, loader, seed_of(case, answers, step)))
-        student_call(checkpointer.save, step + 1)
-    final = whole_state(model, optimizer)
+    final = whole_state(model, optimizer, moments=False)
     if rank:
         return {"forbidden": False, "loaded": plain(found)}
     return {"forbidden": False, "loaded": plain(found), "after_load": loaded, "read": read, "final": final["params"]}
 
 
-def never_failed_rank(rank: int, world_size: int, case: dict, answers: list, keep: list[int]) -> dict:
+def never_failed_rank(rank: int, world_size: int, case: dict, answers: list, keep: list[int],
+                      moments: list[int]) -> dict:
     """The run that never failed, on the first world size, under the seeds ``answers``: what it read each step, and
-    its state after each step in ``keep`` (None after the others: each state is a gather of everything)."""
+    its state after each step in ``keep``, AdamW's moments only after those in ``moments`` (None after the others:
+    each state is a gather of everything)."""
     quiet()
     model, optimizer, loader = new_run(case)
-    read, states = [], [whole_state(model, optimizer) if 0 in keep else None]
+
+    def state(step: int) -> dict | None:
+        return whole_state(model, optimizer, moments=step in moments) if step in keep else None
+
+    read, states = [], [state(0)]
     for step in range(case["steps"]):
         read.append(train_step(model, optimizer, loader, seed_of(case, answers, step)))
-        states.append(whole_state(model, optimizer) if step + 1 in keep else None)
+        states.append(state(step + 1))
     return {"read": read, "states": states} if rank == 0 else {}
 
 
@@ -294,9 +299,12 @@ class KilledRun:
         self.cut = plan_cut(directory, policy.before)
         shutil.copytree(directory, self.kept, symlinks=True)
         self.answers = [float(policy.answer(0, i)) for i in range(case["steps"] - 1)]
-        # the states the checks compare with: after the first step, at either resume (as killed, after the cut), last
-        keep = sorted({1, case["kill_after"] - 1, case["kill_after"], case["steps"]})
-        truth = run_on_ranks(never_failed_rank, case["killed_on"], case, self.answers, keep, timeout=LAUNCH_S)
+        # the states the checks compare with: after the first step, at either resume (as killed, after the cut), last;
+        # AdamW's moments only at a resume (check_optimizer)
+        resumes = sorted({case["kill_after"] - 1, case["kill_after"]})
+        keep = sorted({1, *resumes, case["steps"]})
+        truth = run_on_ranks(never_failed_rank, case["killed_on"], case, self.answers, keep, resumes,
+                             timeout=LAUNCH_S)
         self.never_failed = truth["ranks"][0] if "ranks" in truth else None
         if self.never_failed is None:
             raise RuntimeError(f"the grader's run that never failed did not finish: {truth.get('error')}")
@@ -351,13 +359,32 @@ def preload() -> None:
         import torch.distributed.checkpoint.state_dict  # noqa: F401
     except ImportError:
         pass
+    try:  # what DCP's first save or load imports (fsspec and its plugins' entry points): once, not in every rank
+        import torch.distributed.checkpoint._fsspec_filesystem  # noqa: F401
+    except ImportError:
+        pass
+
+
+def warm_up(case: dict) -> None:
+    """The grader's own training, state dicts and load, run once in the launcher on a fake group (warm.py)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model, optimizer, loader = new_run(case)
+    train_step(model, optimizer, loader)
+    train_step(model, optimizer, loader, seed=1)
+    if not case["memory"]:  # the memory scenario gathers nothing (and its lists would cost more than they save)
+        whole_state(model, optimizer)
+    trained_digest(model)
+    model_state, optim_state = get_state_dict(model, optimizer)
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
 
 
 def observe(fn, *, salt: int = 0) -> dict:
     preload()
-    killed = {}
+    killed, scenarios = {}, cases(salt)
+    warm.warm(list(scenarios.values()), warm_up)
     try:
-        return observation(salt, cases(salt), lambda case: run_scenario(fn, case, killed))
+        return observation(salt, scenarios, lambda case: run_scenario(fn, case, killed))
     finally:
         for run in killed.values():
             run.remove()
