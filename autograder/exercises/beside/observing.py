@@ -106,17 +106,22 @@ SKETCH_PIECE = 1 << 14  # elements projected at a time: the grader's vectors sta
 
 
 def sketch(t, seed: int) -> list[float]:
-    """The evidence that a large tensor was computed whole: its projections onto SKETCH_SIZE Gaussian vectors drawn
+    """The evidence that a large tensor was computed whole: its projections onto SKETCH_SIZE random vectors drawn
     from ``seed`` (the scenario's own, secret under a class's held-out salt). A fixed slice of a tensor, such as its
-    first rows, can be computed alone, without the method; a projection needs every element."""
+    first rows, can be computed alone, without the method; a projection needs every element. Each vector is a
+    product of Gaussian factors, one within a piece of SKETCH_PIECE elements and one weight per piece: an error
+    moves a projection by its norm on average, as on a fully Gaussian vector, for 8 random numbers per piece instead
+    of 8 per element (drawing those cost 0.15 CPU-s per million elements, most of a ring rank's time)."""
     import torch
 
     flat = t.detach().reshape(-1)
     generator = torch.Generator().manual_seed(seed)
+    within = torch.randn(SKETCH_SIZE, SKETCH_PIECE, generator=generator, dtype=torch.float64)
     total = torch.zeros(SKETCH_SIZE, dtype=torch.float64)
     for start in range(0, flat.numel(), SKETCH_PIECE):
         piece = flat[start:start + SKETCH_PIECE].to("cpu", torch.float64)
-        total += torch.randn(SKETCH_SIZE, piece.numel(), generator=generator, dtype=torch.float64) @ piece
+        weights = torch.randn(SKETCH_SIZE, generator=generator, dtype=torch.float64)
+        total += weights * (within[:, :piece.numel()] @ piece)
     return [float(v) for v in total]
 
 
