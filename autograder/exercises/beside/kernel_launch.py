@@ -6,12 +6,23 @@ process's heap, which then costs only its scenario. Kernels always run in Triton
 (``coursekit.kernels.interpreted``), whether the student's notebook compiled them for a GPU or not, so the same
 launch gives the same values on every machine.
 """
+import importlib
 from contextlib import contextmanager
 
 import torch
 
 from ..judging.checking import ABORTED, DEADLOCK
 from .ranks import run_on_ranks
+
+# What Triton imports at a kernel's first launch in a process (the types of its arguments, gluon's among them; the
+# code generator; libdevice): about 45 ms of CPU in every scenario's process. Imported with this module instead,
+# which the grading worker's zygote imports once for every task (an absent Triton: the cells say so themselves).
+FIRST_LAUNCH_IMPORTS = ("triton.experimental.gluon", "triton.compiler.code_generator", "triton.language.extra.libdevice")
+for _name in FIRST_LAUNCH_IMPORTS:
+    try:
+        importlib.import_module(_name)
+    except ImportError:
+        pass
 
 TIMEOUT_S = 30.0  # a correct scenario takes well under a second in the interpreter
 CRASHED = "the process crashed, its memory corrupted (as by a tl.store past the end of a tensor)"

@@ -6,7 +6,7 @@ from torch import nn
 
 import coursekit  # noqa: F401  keeps the profiler's back end quiet on stderr (KINETO_LOG_LEVEL)
 
-from ..beside.observing import float32_data, tensor_data
+from ..beside.observing import float32_data, gloo_events, tensor_data
 from ..beside.ranks import observe_on_ranks, student_call
 from .cases import IDLE, SKEW, cases
 
@@ -114,12 +114,7 @@ def dense_moe(case: dict) -> dict:
 
 def collectives(prof) -> list[list]:
     """Every gloo operation the profiler saw, in order: [kind, values it carried]."""
-    found = []
-    for event in prof.events():
-        if event.name.startswith("gloo:"):
-            values = sum(math.prod(shape) for shape in event.input_shapes if shape)
-            found.append([event.name.removeprefix("gloo:"), int(values)])
-    return found
+    return [[kind, int(sum(math.prod(shape) for shape in shapes if shape))] for kind, shapes in gloo_events(prof)]
 
 
 def checked_output(y, x: torch.Tensor):
