@@ -34,8 +34,9 @@ def build_mixed_class(folder: Path, size: int = 32) -> dict:
         COPIES[0]: {"train_with_accumulation": acc},
         COPIES[1]: {"train_with_accumulation": renamed(acc)},
         "blank": None,                                                       # the released notebooks, untouched
-        "loops-forever": {"train_with_accumulation": "def train_with_accumulation(*args, **kwargs):\n"
-                                                     "    while True:\n        pass\n"},
+        # an endless loop that waits rather than spins: the same time-out, without 20 CPU-s taken from the other tests
+        "loops-forever": {"train_with_accumulation": "import time\n\n\ndef train_with_accumulation(*args, **kwargs):\n"
+                                                     "    while True:\n        time.sleep(1)\n"},
         "reaches-in": {"train_with_accumulation": "import autograder\n\n" + right["train_with_accumulation"][1][1]},
         HOSTILE: {"train_with_accumulation": right["train_with_accumulation"][0][1]},
     }

@@ -6,7 +6,7 @@ instructor has it (the released notebook with the reference answers is the solut
 it (Run All with nothing filled in).
 
 Submissions are placed in nbgrader's submitted/ folder directly, their students unknown to the gradebook until
-autograde adds them (the exchange steps and `db student add` are Lesson 1's test).
+autograde adds them (the exchange steps and the roster's `db student import` are Lesson 1's test).
 Lesson 3 forks gloo ranks inside nbgrader's kernel: afterwards no process may be left behind.
 """
 import json
