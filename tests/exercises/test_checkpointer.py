@@ -81,7 +81,8 @@ import json, sys
 import torch
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from autograder.exercises.beside.ranks import run_on_ranks
-from autograder.exercises.checkpointer import observe, warm
+from autograder.exercises.beside import warm_sharding
+from autograder.exercises.checkpointer import observe
 
 def rank(rank, world_size, case):
     model, optimizer, loader = observe.new_run(case)
@@ -96,7 +97,7 @@ def rank(rank, world_size, case):
 
 cases = observe.cases(3)
 if sys.argv[1] == "warm":
-    warm.warm(list(cases.values()), observe.warm_up)
+    warm_sharding.warm(observe.warm_runs(cases.values()), observe.warm_up)
 found = {f"{key} on {size}": run_on_ranks(rank, size, case, timeout=60).get("ranks")
          for key, size in (("resize", 2), ("resize", 3), ("memory", 2)) for case in [cases[key]]}
 print(json.dumps(found))
@@ -105,8 +106,9 @@ print(json.dumps(found))
 
 @pytest.mark.slow
 def test_ranks_forked_after_the_warm_up_compute_what_cold_ranks_compute():
-    """warm.py: ranks that inherit the launcher's warmed sharding caches (and rebind its mesh) give every rank,
-    on 2 and 3 ranks (uneven shards, one empty), the same local shapes, placements and values as cold ranks."""
+    """beside/warm_sharding.py: ranks that inherit the launcher's warmed sharding caches (and rebind its mesh) give
+    every rank, on 2 and 3 ranks (uneven shards, one empty), the same local shapes, placements and values as cold
+    ranks."""
     import json
     import subprocess
     import sys

@@ -30,11 +30,11 @@ from torch import nn
 
 from coursekit.failures import ShuffledBatches
 
+from ..beside import warm_sharding
 from ..beside.gating import factors, step_seed
 from ..beside.meter import GatePolicy
 from ..beside.observing import float32_data, observation, plain
 from ..beside.ranks import ask_gate, run_on_ranks, student_call
-from . import warm
 from .cases import GLOBAL_BATCH, LR, ROWS, cases, expected_step
 
 LAUNCH_S = 25  # one launch; a correct one takes about a second, several on a loaded 2-core machine
@@ -72,7 +72,7 @@ def new_run(case: dict):
     """What a fresh process builds from the seeds: model, optimizer and loader; the RNG seeded the same on every
     rank (so every rank draws the same random numbers, and one saved state serves any world size)."""
     torch.manual_seed(case["model_seed"])
-    model = ShardedMLP(case["sizes"], warm.device_mesh(dist.get_world_size()))
+    model = ShardedMLP(case["sizes"], warm_sharding.device_mesh(dist.get_world_size()))
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, foreach=True)  # DTensor ops: fewer with foreach
     x = torch.randn(ROWS, case["sizes"][0], generator=torch.Generator().manual_seed(case["data_seed"]))
     loader = ShuffledBatches(x, x.sum(1, keepdim=True).sin(), GLOBAL_BATCH, seed=case["data_seed"])
@@ -366,7 +366,8 @@ def preload() -> None:
 
 
 def warm_up(case: dict) -> None:
-    """The grader's own training, state dicts and load, run once in the launcher on a fake group (warm.py)."""
+    """The grader's own training, state dicts and load, run once in the launcher on a fake group
+    (beside/warm_sharding.py)."""
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model, optimizer, loader = new_run(case)
@@ -379,10 +380,16 @@ def warm_up(case: dict) -> None:
     set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
 
 
+def warm_runs(cases) -> dict[int, list[dict]]:
+    """World size: one case per model for each world size a case runs on (killed, resumed)."""
+    runs = {(size, tuple(case["sizes"])): case for case in cases for size in (case["killed_on"], case["world_size"])}
+    return {size: [case for (s, _), case in runs.items() if s == size] for size in sorted({s for s, _ in runs})}
+
+
 def observe(fn, *, salt: int = 0) -> dict:
     preload()
     killed, scenarios = {}, cases(salt)
-    warm.warm(list(scenarios.values()), warm_up)
+    warm_sharding.warm(warm_runs(scenarios.values()), warm_up)
     try:
         return observation(salt, scenarios, lambda case: run_scenario(fn, case, killed))
     finally:

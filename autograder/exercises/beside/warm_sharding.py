@@ -2,7 +2,7 @@
 
 A DTensor op's first call on new shapes works out its sharding (strategies, a fake-tensor run for the output's
 shape) and caches it, keyed on the global shapes, placements and mesh, never on the rank; a fresh rank spends most
-of its time building that cache. ``warm`` runs the grader's own training (``run``: its model, steps, state dicts;
+of its time building that cache. ``warm`` runs the grader's own work (``run``: e.g. its model, steps, state dicts;
 never the student's code) in the launcher on torch's "fake" process group, one per world size, so that every
 forked rank inherits the cache. The cached specs point at the mesh the warm-up built, whose rank is the fake
 group's 0: each rank rebinds that mesh to its own process group and coordinate (``device_mesh``) and uses it, so a
@@ -55,20 +55,20 @@ def fake_group(world_size: int) -> bool:
     return True
 
 
-def warm(cases: list[dict], run) -> None:
-    """``run(case)`` (the grader's own training) on a fake group of each world size a case runs on (once per model)."""
+def warm(runs: dict[int, list[dict]], run) -> None:
+    """``run(case)`` (the grader's own work) for each case of ``runs`` (world size: cases) on a fake group of that
+    size."""
     if dist.is_initialized():
         return
-    runs = {(size, tuple(case["sizes"])): case for case in cases for size in (case["killed_on"], case["world_size"])}
     _warming[0] = True
     try:
         with torch.random.fork_rng(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for size in sorted({size for size, _ in runs}):
+            for size in sorted(runs):
                 if not fake_group(size):
                     return  # no fake backend in this torch: the ranks start cold
                 try:
-                    for case in (case for (s, _), case in runs.items() if s == size):
+                    for case in runs[size]:
                         with contextlib.suppress(Exception):  # a cache left cold costs time, never a result
                             run(case)
                 finally:
