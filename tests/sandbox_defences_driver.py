@@ -374,19 +374,22 @@ KILLS_WORKER = "\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
 def reuse(sandbox) -> dict:
     from autograder.authoring.class_builder import reference_source
     from autograder.authoring.course import load_course
-    from autograder.grader.runner import IDLE_WORKERS, Task, close_idle_workers, run_tasks
+    from autograder.grader.runner import IDLE_WORKERS, Task, close_idle_workers, prestart, run_tasks
 
     exercise = "train_with_accumulation"
     spec = load_course().spec_for_exercise(exercise)
     setup = tuple((f"setup {i}", c) for i, c in enumerate(spec.setup_code))
     answer = reference_source(exercise)
-    found = {}
+    prestart(sandbox, 1)  # the first student's worker started before its job (as while references are observed)
+    started_ahead = [w for _, w in IDLE_WORKERS._idle]
+    found = {"started_ahead": len(started_ahead)}
     for student, extra in (("a", LEAVES_BEHIND), ("b", FINDS), ("c", KILLS_WORKER), ("d", FINDS)):
         results, _ = run_tasks([Task(student, exercise, setup + (("your cell", answer + extra),), 120.0, 0)], sandbox)
         result = results[student]
         said = result.output.split("FOUND", 1)[1].splitlines()[0] if "FOUND" in result.output else "{}"
         found[student] = {"status": result.status, "reason": result.reason, "said": json.loads(said),
-                          "idle_after": len(IDLE_WORKERS._idle)}
+                          "idle_after": len(IDLE_WORKERS._idle),
+                          "on_the_worker_started_ahead": [w for _, w in IDLE_WORKERS._idle] == started_ahead}
     close_idle_workers()
     return found
 

@@ -24,11 +24,12 @@ from ..authoring.course import Course, load_course
 from ..exercises import get_exercise
 from ..selfcheck.fingerprint import code_fingerprint, grader_code
 from .grading import SubmittedNotebook, grade_submission, read_notebooks
+from .isolation import worker_kinds
 from .outputs import load_state, save_run, save_state
 from .references import reference_observations
 from .report import write_reports
 from .rows import Row
-from .runner import close_idle_workers, keep_idle_workers
+from .runner import close_idle_workers, keep_idle_workers, prestart
 from .sandbox.launch import Sandbox
 from .submissions import Submission, discover, submitted_notebooks
 
@@ -98,7 +99,19 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
     submissions = discover(Path(submissions_path), course)
     wanted, left_out = (notebooks, {}) if notebooks else _wanted_notebooks(submissions, course)
     exercises = [e for n in wanted for e in course.notebooks[n].exercises]
-    references = reference_observations(course, exercises, sandbox, salt)
+    threads = jobs or os.cpu_count() or 1
+    if not dask_address and submissions:
+        # the first students' workers start while the references are observed (their start-up is seconds of
+        # CPU, the references leave a core idle at times); each kind kept for the next student (runner.IDLE_WORKERS)
+        kinds = worker_kinds(exercises, sandbox)
+        keep_idle_workers(len(kinds) * threads)
+        for made in kinds:
+            prestart(made, min(threads, len(submissions)))
+    try:
+        references = reference_observations(course, exercises, sandbox, salt, jobs=threads)
+    except BaseException:
+        close_idle_workers()
+        raise
     reference_s = time.perf_counter() - started
     version = _grader_version(references, sandbox, timeout)
     serialised = ("rank exercises graded one student at a time, with no other worker alive (every worker runs as the "
@@ -170,9 +183,6 @@ def _grade_all(todo, course, wanted, references, sandbox, timeout, jobs, dask_ad
         yield from grade_on_dask(dask_address, todo, course, wanted, references, sandbox, timeout, notebooks)
         return
     threads = jobs or os.cpu_count() or 1
-    # a worker that finished one student grades the next one of its kind (runner.IDLE_WORKERS): room for two kinds
-    # of worker per thread (a student's exercises that need a forbidden library get a worker of their own)
-    keep_idle_workers(2 * threads)
     try:
         with ThreadPoolExecutor(max_workers=threads) as pool:
             futures = {pool.submit(grade_submission, sub, course, wanted, references, sandbox, timeout,

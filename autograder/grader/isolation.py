@@ -1,10 +1,9 @@
 """Which worker runs which of a student's tasks: the isolation policy.
 
-An exercise that needs a library the others forbid, or whose ranks share files, gets a worker of its own; where
-every worker shares the grader's identity, rank exercises run while no other student's worker does."""
+An exercise that needs a library the others forbid gets a worker of its own; where every worker shares the grader's
+identity, rank exercises run while no other student's worker does."""
 import threading
 from contextlib import contextmanager
-from dataclasses import replace
 
 from ..exercises import get_exercise
 from .runner import Task, run_tasks
@@ -52,17 +51,20 @@ RANK_EXERCISES_ALONE = AloneOrShared()
 
 
 def by_worker(tasks: list[Task], sandbox: Sandbox):
-    """``(tasks, sandbox)`` per kind of worker the tasks need: an exercise that needs a library the others forbid
-    (``Exercise.needs_libraries``) or whose ranks share files (``Exercise.ranks_share_files``) gets a worker of its
-    own, made so; every other one the sandbox as it is."""
-    def needs(task: Task) -> tuple[tuple[str, ...], bool]:
-        exercise = get_exercise(task.exercise)
-        return exercise.needs_libraries, exercise.ranks_share_files
+    """``(tasks, sandbox)`` per kind of worker the tasks need: exercises that need a library the others forbid
+    (``Exercise.needs_libraries``) get a worker of their own in which those libraries alone are in place; every
+    other one the sandbox as it is. (Whether a rank exercise's ranks share files, ``Exercise.ranks_share_files``, is
+    decided per task by the worker's launcher, before any submitted code: it needs no worker of its own.)"""
+    def needs(task: Task) -> tuple[str, ...]:
+        return get_exercise(task.exercise).needs_libraries
 
-    for libraries, share_files in sorted({needs(t) for t in tasks}):
-        made = sandbox.allowing(libraries)
-        yield ([t for t in tasks if needs(t) == (libraries, share_files)],
-               replace(made, isolate_ranks=False) if share_files else made)
+    for libraries in sorted({needs(t) for t in tasks}):
+        yield [t for t in tasks if needs(t) == libraries], sandbox.allowing(libraries)
+
+
+def worker_kinds(exercises: list[str], sandbox: Sandbox) -> list[Sandbox]:
+    """The sandbox of each kind of worker a student's ``exercises`` need (``by_worker``)."""
+    return [made for _, made in by_worker([Task(e, e, (), 0.0) for e in exercises], sandbox)]
 
 
 def run_isolated(tasks: list[Task], sandbox: Sandbox) -> tuple[dict, float]:

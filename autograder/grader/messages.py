@@ -1,6 +1,6 @@
 """What the grader and a worker say to each other, as typed data with bounds (parse, don't validate).
 
-The grader sends JSON jobs on the worker's stdin, one a line: ``{"as_reference", "processes", "tasks": [Task...]}``;
+The grader sends JSON jobs on the worker's stdin, one a line: ``{"as_reference", "tasks": [Task...]}``;
 a task is written as its dataclass fields, so adding a field to ``Task`` (e.g. a scenario salt) reaches the
 worker without touching the format. The worker answers with JSON lines: ``{"key", "event": "start"}``
 before each task, then a ``TaskResult``; after a job's last result, ``{"event": "ready", "peak_kib"}`` when it

@@ -1,5 +1,6 @@
 """The reference solutions' observations a class is judged against, and the held-out scenarios they are made on."""
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 
 from ..authoring.course import Course
 from ..exercises import get_exercise
@@ -20,14 +21,16 @@ def held_out_salt(course: Course, exercise: str) -> int:
 
 
 def reference_observations(course: Course, exercises: list[str], sandbox: Sandbox,
-                           salt: int | None = None) -> dict[str, dict]:
+                           salt: int | None = None, jobs: int = 1) -> dict[str, dict]:
     """Observe every reference solution once, in the same kind of worker as the students' code: on each
-    exercise's held-out scenarios (``salt=None``, class grading) or on those of the given salt (0: public)."""
+    exercise's held-out scenarios (``salt=None``, class grading) or on those of the given salt (0: public). The
+    kinds of worker run side by side, up to ``jobs`` at once (as the students' workers will)."""
     tasks = [Task(e, e, tuple(course.reference_cells(e)), max(get_exercise(e).timeout_s, 120),
                   held_out_salt(course, e) if salt is None else salt) for e in exercises]
-    results = {}
-    for group, made in by_worker(tasks, sandbox):  # as the students' are; a reference's worker keeps every library
-        results.update(run_tasks(group, made, as_reference=True)[0])
+    groups = list(by_worker(tasks, sandbox))  # as the students' are; a reference's worker keeps every library
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(groups)))) as pool:
+        found = pool.map(lambda group: run_tasks(group[0], group[1], as_reference=True)[0], groups)
+    results = {k: r for part in found for k, r in part.items()}
     broken = {k: r.reason for k, r in results.items() if r.status != "ok"}
     if broken:
         raise RuntimeError(f"the reference solutions could not be observed: {broken}")

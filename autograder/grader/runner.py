@@ -27,7 +27,7 @@ GRACE_S = 15.0             # the worker's own clean-up after a task, before the 
 BETWEEN_TASKS_S = 60.0     # from one result to the next task's start line
 READY_S = 30.0             # from a job's last result to the worker's "ready" for the next student
 
-__all__ = ["Task", "TaskResult", "close_idle_workers", "failed", "keep_idle_workers", "run_tasks"]
+__all__ = ["Task", "TaskResult", "close_idle_workers", "failed", "keep_idle_workers", "prestart", "run_tasks"]
 
 
 def _timed_out(task: Task) -> str:
@@ -64,7 +64,8 @@ class _Worker:
         self.stack.callback(os.close, self.read_fd)
         try:
             self.launch = self.stack.enter_context(sandbox.launch(
-                [sys.executable, "-m", "autograder.grader.sandbox.worker", "--results-fd", str(write_fd)], workdir,
+                [sys.executable, "-m", "autograder.grader.sandbox.worker", "--results-fd", str(write_fd),
+                 "--processes", str(sandbox.limits.processes)], workdir,
                 reference=as_reference, zygote=True))
             self.proc = subprocess.Popen(
                 self.launch.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.errors,
@@ -145,6 +146,19 @@ def close_idle_workers() -> None:
     IDLE_WORKERS.close()
 
 
+def prestart(sandbox: Sandbox, count: int) -> None:
+    """Start ``count`` students' workers of this kind of sandbox now, idle until a student's job takes one: a worker
+    imports everything before it reads its first job, so its start-up (seconds) runs while the grader does something
+    else (the references). Only where a worker can be kept (``_reusable``); one that cannot start is left for
+    ``_run_worker`` to start again, and to report."""
+    kind = _reusable(sandbox, as_reference=False)
+    for _ in range(count if kind else 0):
+        try:
+            IDLE_WORKERS.give(kind, _Worker(sandbox, as_reference=False))
+        except (OSError, subprocess.SubprocessError):
+            return
+
+
 def _reusable(sandbox: Sandbox, as_reference: bool):
     """The kind of sandbox a worker can be reused for, or None: only a bubblewrap sandbox (its own PID, IPC and mount
     namespaces, which the zygote sweeps between jobs: under the grader's own uid, bubblewrap's / and /dev too), and
@@ -157,8 +171,7 @@ def _reusable(sandbox: Sandbox, as_reference: bool):
 def _run_worker(tasks: list[Task], sandbox: Sandbox, as_reference: bool, reuse: bool = True):
     """One worker process over ``tasks`` (an idle one of the same kind of sandbox, else a fresh one); returns
     (results, key in flight when it stopped, why, peak KiB)."""
-    job = {"as_reference": as_reference, "processes": sandbox.limits.processes,
-           "tasks": [t.to_json() for t in tasks]}
+    job = {"as_reference": as_reference, "tasks": [t.to_json() for t in tasks]}
     kind = _reusable(sandbox, as_reference)
     worker = IDLE_WORKERS.take(kind) if kind and reuse else None
     if worker is None:

@@ -334,7 +334,8 @@ def test_a_reused_worker_leaves_nothing_of_one_student_to_the_next(who):
     objects, a process; under one identity also files, folders, a fifo and a socket in bubblewrap's / and /dev, a
     module on sys.path, chmods, extended attributes, a replaced symlink, times) and what it changes in the zygote
     (its open-files limit) is gone for the second, which sees the sandbox as the first found it; no POSIX message
-    queue and no key can be made, the zygote forks with one thread. A student who kills the worker is graded alone
+    queue and no key can be made, the zygote forks with one thread. The first student is graded by a worker started
+    before its job (runner.prestart), which imported everything first. A student who kills the worker is graded alone
     and the next one gets a fresh sandbox; under one identity the zygote is its namespace's PID 1 (bubblewrap's own
     init would be the task's uid, its memory writable), which no task can kill, and the next one is graded there."""
     found = drive_as(who, "reuse")
@@ -343,6 +344,7 @@ def test_a_reused_worker_leaves_nothing_of_one_student_to_the_next(who):
     made, planted = a["said"]["made"], a["said"]["planted"]
     assert made["shm"] >= 0 and made["mq"] == made["user_key"] == made["session_key"] == -1, found  # SysV made only
     assert a["idle_after"] == b["idle_after"] == 1 and b["said"]["zygote"] == a["said"]["zygote"], found  # reused
+    assert found["started_ahead"] == 1 and a["on_the_worker_started_ahead"], found
     assert planted["zygote's open files"] == "done", found  # a task of the zygote's uid can lower its limits
     assert planted["pid 1's memory"] == "Permission denied", found
     if found["one_identity"]:  # bubblewrap's / and /dev are the grader's uid's, writable: the control

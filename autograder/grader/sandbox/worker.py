@@ -88,7 +88,7 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
             # A rank exercise: this process only launches and measures; each rank defines the student's function
             # itself, and never holds this process's channel to the zygote.
             kernels = () if as_reference else getattr(observer_of(exercise), "FORBIDDEN_KERNELS", ())
-            _configure_ranks(write_fd, kernels)
+            _configure_ranks(write_fd, kernels, share_files=exercise.ranks_share_files)
             fn = Deferred(list(task.cells), task.exercise)
         else:
             try:
@@ -110,12 +110,14 @@ def _run_task_in_child(task: Task, as_reference: bool, write_fd: int, results_fd
         os._exit(status)
 
 
-def _configure_ranks(write_fd: int, kernels: tuple[tuple[str, str], ...] = ()) -> None:
+def _configure_ranks(write_fd: int, kernels: tuple[tuple[str, str], ...] = (), share_files: bool = False) -> None:
     """What every rank does first, and how the launcher counts their memory, in a sandbox of its own (the
     student's own kernel, in a self-check, does neither): no channel to the zygote and no other inherited descriptor,
-    isolated from the other ranks (isolation.py), unable to reschedule the launcher (scheduling.py); memory counted
-    over every process a rank starts (rank_holdings.py); the exercise's forbidden torch kernels switched off (kernels.py)."""
-    tmp_bytes = os.environ.get("AUTOGRADER_ISOLATE_RANKS")
+    isolated from the other ranks (isolation.py) unless the exercise's ranks share files (``share_files``:
+    ``Exercise.ranks_share_files``, decided here, before any submitted code), unable to reschedule the launcher
+    (scheduling.py); memory counted over every process a rank starts (rank_holdings.py); the exercise's forbidden
+    torch kernels switched off (kernels.py)."""
+    tmp_bytes = None if share_files else os.environ.get("AUTOGRADER_ISOLATE_RANKS")
     measuring = [os.getpid(), os.getppid()]  # this launcher and the zygote: no rank may change their scheduling
 
     sandboxed = bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE"))  # and a network namespace of its own
@@ -262,19 +264,20 @@ def run_task(task: Task, as_reference: bool, results_fd: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results-fd", type=int, required=True)
+    parser.add_argument("--processes", type=int, default=0, help="RLIMIT_NPROC inside the sandbox (0: as it is)")
     args = parser.parse_args()
-    jobs = sys.stdin.buffer
-    job = json.loads(jobs.readline())
-    if job.get("processes"):
+    if args.processes:
         # Set here, not before the sandbox starts: inside bubblewrap's user namespace (an unprivileged
         # grader) the count is then this sandbox's own, not shared by every worker of the grader's uid.
         _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-        limit = job["processes"] if hard == resource.RLIM_INFINITY else min(job["processes"], hard)
+        limit = args.processes if hard == resource.RLIM_INFINITY else min(args.processes, hard)
         resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
     # No POSIX message queue at all: the one IPC object that outlives its processes and that the zygote could not
     # list to remove between two students' jobs (it has no mqueue file system). Nothing the course uses needs one.
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
     torch.set_num_threads(1)  # forked children (and their ranks) must not inherit a busy OpenMP pool
+    # Everything is imported before the first job is read: a worker started ahead of its first student
+    # (runner.prestart) spends its start-up while the grader is busy with something else.
     for exercise in all_exercises().values():  # imported once here, not after each task's fork
         observer_of(exercise)
     preload()
@@ -284,6 +287,9 @@ def main() -> None:
     results = os.fdopen(args.results_fd, "w", buffering=1)
     own_sandbox = bool(os.environ.get("AUTOGRADER_OWN_PID_NAMESPACE"))
     before = baseline() if own_sandbox else None  # before any submitted code: what the sweep puts back
+    jobs = sys.stdin.buffer
+    line = jobs.readline()
+    job = json.loads(line) if line.strip() else None
     while job:
         for raw in job["tasks"]:
             task = Task.from_json(raw)
