@@ -7,8 +7,10 @@ from processes import descendants_left
 from submission_factory import grade_one_exercise_class, reference_source
 from variants.checkpointer import WRONG
 
+from autograder.exercises.beside.ranks import run_on_ranks
+from autograder.exercises.checkpointer.cases import cases
 from autograder.exercises.checkpointer.checks import flat
-from autograder.exercises.checkpointer.observe import cut_off, snapshot
+from autograder.exercises.checkpointer.observe import cut_off, never_failed, snapshot, whole_state
 from autograder.exercises.judging.checking import close
 
 EX, NB = "Checkpointer", "09_failures.ipynb"
@@ -92,7 +94,7 @@ def rank(rank, world_size, case):
     read.append(observe.train_step(model, optimizer, loader, 9))
     local = [[list(t.to_local().shape), repr(t.placements), t.to_local().double().sum().item()]
              for p in model.parameters() for t in (p, *optimizer.state[p].values()) if hasattr(t, "to_local")]
-    whole = observe.whole_state(model, optimizer) if not case["memory"] else observe.trained_digest(model)
+    whole = observe.own_rows(model, optimizer) if not case["memory"] else observe.trained_digest(model)
     return {"read": read, "local": local, "whole": whole}
 
 cases = observe.cases(3)
@@ -118,3 +120,29 @@ def test_ranks_forked_after_the_warm_up_compute_what_cold_ranks_compute():
                     for side in ("cold", "warm"))
     assert all(ranks for ranks in cold.values()), cold
     assert warmed == cold
+
+
+def _trains(rank: int, world_size: int, case: dict, answers: list) -> dict:
+    """The killed run's training on real ranks, without a checkpointer: what it read, and each rank's rows of the
+    state after every step."""
+    from autograder.exercises.checkpointer import observe
+
+    model, optimizer, loader = observe.new_run(case)
+    read, states = [], [observe.own_rows(model, optimizer)]
+    for step in range(case["steps"]):
+        read.append(observe.train_step(model, optimizer, loader, observe.seed_of(case, answers, step)))
+        states.append(observe.own_rows(model, optimizer))
+    return {"read": read, "states": states}
+
+
+def test_the_launchers_run_that_never_failed_is_the_ranks_run_bit_for_bit():
+    """observe.never_failed recomputes the killed run's training in the launcher with plain tensors: on the killed
+    run's two ranks (uneven shards, one empty) it reads what they read and ends every step on exactly their
+    parameters and AdamW moments, under the launcher's seeds."""
+    case = cases(5)["same_size"]
+    answers = [float(seed) for seed in range(7, 7 + case["steps"] - 1)]
+    found = run_on_ranks(_trains, case["killed_on"], case, answers, timeout=60)
+    every = list(range(case["steps"] + 1))
+    truth = never_failed(case, answers, every, every)
+    assert truth["read"] == found["ranks"][0]["read"]
+    assert truth["states"] == [whole_state([r["states"][step] for r in found["ranks"]]) for step in every]

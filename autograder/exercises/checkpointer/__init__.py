@@ -24,7 +24,7 @@ EXERCISE = Exercise(
     observer=f"{__name__}.observe",
     ranks=True,
     evidence=checks.checkpointed_for_real,
-    timeout_s=150,  # five launches; a deadlocking submission spends observe.LAUNCH_S in each
+    timeout_s=150,  # four launches; a deadlocking submission spends observe.LAUNCH_S in each
     # torch.distributed.checkpoint imports parts of FSDP and tensor parallelism, which MiniFSDP's and
     # TensorParallelMLP's students must not have: this exercise is graded in a worker that keeps them
     needs_libraries=("torch/distributed/fsdp", "torch/distributed/tensor/parallel"),

@@ -8,12 +8,14 @@ the gate before the chosen save and, once every rank has reached the gate after 
 killed run serves both resumed scenarios: each gets the directory as the kill left it, at the same path (a
 checkpoint may name its own folder), and the one that says so has the newest save cut back to what a kill in the
 middle of it leaves (``plan_cut``, planned once on the killed run's own files). After: a fresh model on the
-scenario's number of ranks calls ``load()`` and trains to the end. The model is sharded the way FSDP2 shards it
-(every parameter a DTensor split by rows over the ranks), by the grader's own code: the grader's sandbox switches
-torch's FSDP off. The run that never failed (what the checks compare with) is recomputed by the launcher for each
-killed run, under the same seeds (``never_failed``): the resumed runs train their later steps with seeds the
-launcher drew after the kill.
+scenario's number of ranks calls ``load()`` and trains to the end; each rank answers its own rows of the state,
+which the launcher joins. The model is sharded the way FSDP2 shards it (every parameter a DTensor split by rows
+over the ranks, each layer gathered in one collective), by the grader's own code: the grader's sandbox switches
+torch's FSDP off. The run that never failed (what the checks compare with) is recomputed by the launcher itself for
+each killed run, under the same seeds, with plain tensors (``never_failed``: no ranks, and no student code): the
+resumed runs train their later steps with seeds the launcher drew after the kill.
 """
+import functools
 import os
 import shutil
 import signal
@@ -26,6 +28,7 @@ import torch._dynamo  # noqa: F401  torch.optim imports it lazily (seconds): her
 import torch.distributed as dist
 import torch.distributed.device_mesh  # noqa: F401  the same for DTensor's modules: imported in the launcher, a
 import torch.distributed.tensor  # noqa: F401  rank's memory grows by what it allocates, not by what it imports
+import torch.utils.serialization  # noqa: F401  torch.save and torch.load import it lazily: in every rank otherwise
 from torch import nn
 
 from coursekit.failures import ShuffledBatches
@@ -45,7 +48,8 @@ MAX_FILES, MAX_SNAPSHOT_BYTES = 512, 16 << 20  # what the grader reads back of a
 
 class ShardedMLP(nn.Module):
     """Linear layers with Tanh between, every parameter a DTensor sharded by rows (Shard(0)) over the ranks, as
-    FSDP2 keeps them; each forward gathers a layer (all-gather), and its backward reduce-scatters the gradient."""
+    FSDP2 keeps them; as FSDP2 does, each forward gathers a layer whole in one collective, and its backward sums
+    the layer's gradient over the ranks in one, each rank keeping its own rows (``GatheredLayer``)."""
 
     def __init__(self, sizes, mesh):
         from torch.distributed.tensor import Shard, distribute_tensor
@@ -57,65 +61,137 @@ class ShardedMLP(nn.Module):
                 setattr(layer, name, nn.Parameter(distribute_tensor(p.detach(), mesh, [Shard(0)], src_data_rank=None)))
 
     def forward(self, x):
-        from torch.distributed.tensor import Partial, Replicate
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        return mlp(x, (GatheredLayer.apply(layer.weight.to_local(), layer.bias.to_local(), tuple(layer.weight.shape),
+                                           row_range(layer.weight.shape[0], world_size, rank))
+                       for layer in self.layers))
 
-        def gathered(p):  # the gradient of the local copy is partial: summed over ranks into each rank's rows
-            return p.redistribute(placements=[Replicate()]).to_local(grad_placements=[Partial()])
 
-        for i, layer in enumerate(self.layers):
-            x = nn.functional.linear(x, gathered(layer.weight), gathered(layer.bias))
-            x = torch.tanh(x) if i < len(self.layers) - 1 else x
-        return x
+class GatheredLayer(torch.autograd.Function):
+    """A layer's weight and bias whole on every rank, from each rank's rows of them (the rows ``rows`` of the
+    whole): one all-reduce, to which each rank brings its rows and zeros elsewhere (a sum with zeros is exact).
+    Backward: the whole gradient summed over the ranks in one all-reduce, of which each rank keeps its rows (a
+    reduce-scatter; two ranks' sum is the same in either order). One collective each way for a layer instead of
+    one per parameter (DTensor's redistribute), which cost a rank most of its step."""
+
+    @staticmethod
+    def forward(ctx, weight, bias, shape: tuple, rows: tuple[int, int]):
+        ctx.shape, ctx.rows = shape, rows
+        flat = weight.new_zeros(shape[0] * shape[1] + shape[0])
+        whole_weight, whole_bias = flat[:shape[0] * shape[1]].view(shape), flat[shape[0] * shape[1]:]
+        whole_weight[rows[0]:rows[1]] = weight
+        whole_bias[rows[0]:rows[1]] = bias
+        dist.all_reduce(flat)
+        return whole_weight, whole_bias
+
+    @staticmethod
+    def backward(ctx, grad_weight, grad_bias):
+        (start, stop), shape = ctx.rows, ctx.shape
+        flat = torch.cat([grad_weight.reshape(-1), grad_bias.reshape(-1)])
+        dist.all_reduce(flat)
+        summed_weight, summed_bias = flat[:shape[0] * shape[1]].view(shape), flat[shape[0] * shape[1]:]
+        # copies of the rows: a view would keep the whole gradient alive in the parameter's .grad
+        return summed_weight[start:stop].clone(), summed_bias[start:stop].clone(), None, None
+
+
+def row_range(rows: int, world_size: int, rank: int) -> tuple[int, int]:
+    """The rows of ``rows`` that rank ``rank`` holds, as Shard(0) splits them (torch.chunk: ceil(rows / world_size)
+    a rank, the last ones fewer or none)."""
+    chunk = -(-rows // world_size)
+    return min(rank * chunk, rows), min((rank + 1) * chunk, rows)
+
+
+def mlp(x, layers):
+    """Linear layers with Tanh between, each given as its (whole) weight and bias."""
+    for i, (weight, bias) in enumerate(layers):
+        x = nn.functional.linear(torch.tanh(x) if i else x, weight, bias)
+    return x
 
 
 def new_run(case: dict):
     """What a fresh process builds from the seeds: model, optimizer and loader; the RNG seeded the same on every
     rank (so every rank draws the same random numbers, and one saved state serves any world size)."""
-    torch.manual_seed(case["model_seed"])
+    seed_cpu(case["model_seed"])
     model = ShardedMLP(case["sizes"], warm_sharding.device_mesh(dist.get_world_size()))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, foreach=True)  # DTensor ops: fewer with foreach
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=True)  # DTensor ops: one a step, fused
+    return model, optimizer, new_loader(case)
+
+
+def new_loader(case: dict) -> ShuffledBatches:
+    """The seeded data; then torch's RNG seeded for the steps' random numbers."""
     x = torch.randn(ROWS, case["sizes"][0], generator=torch.Generator().manual_seed(case["data_seed"]))
     loader = ShuffledBatches(x, x.sum(1, keepdim=True).sin(), GLOBAL_BATCH, seed=case["data_seed"])
-    torch.manual_seed(case["data_seed"] + 1)
-    return model, optimizer, loader
+    seed_cpu(case["data_seed"] + 1)
+    return loader
+
+
+def seed_cpu(seed: int) -> None:
+    """torch.manual_seed for the CPU, the only device here: torch.manual_seed also queues a seed for each other
+    device, formatting the stack every time (milliseconds in a fresh rank)."""
+    torch.default_generator.manual_seed(seed)
 
 
 def train_step(model, optimizer, loader, seed: int | None = None) -> list[float]:
     """One step on this rank's rows of the global batch, weighted by random numbers drawn for the whole batch (the
     part of a step that reads the RNG: dropout, augmentation) and, after a gate, by factors in [0.5, 1.5) drawn
     from ``seed`` (its own generator: torch's RNG is not touched); returns what it read (sums of batch and noise)."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
+    x, y, weights, read = next_batch(loader, seed)
+    optimizer.zero_grad()
+    rank_loss(model, x, y, weights, dist.get_rank(), dist.get_world_size()).backward()
+    optimizer.step()
+    return read
+
+
+def next_batch(loader, seed: int | None):
+    """The step's batch, its weights, and what it read."""
     x, y = loader.next_batch()
     noise = torch.rand(len(x))
     weights = noise if seed is None else noise * factors(seed, noise)
+    return x, y, weights, [float(x.double().sum()), float(noise.double().sum())]
+
+
+def rank_loss(model, x, y, weights, rank: int, world_size: int):
+    """Rank ``rank``'s part of the step's loss: its rows of the batch (every ``world_size``-th from ``rank``)."""
     mine = slice(rank, None, world_size)
-    loss = ((model(x[mine]) - y[mine]).square().mean(1) * weights[mine]).sum() / GLOBAL_BATCH
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    return [float(x.double().sum()), float(noise.double().sum())]
+    return ((model(x[mine]) - y[mine]).square().mean(1) * weights[mine]).sum() / GLOBAL_BATCH
 
 
-def whole_state(model, optimizer, moments: bool = True) -> dict:
-    """Every parameter and, with ``moments``, both AdamW moments (zeros where AdamW holds none yet), gathered (a
-    collective), as float32 lists; AdamW's step count."""
-    params, gathered, steps = [], [], []
-    for p in model.parameters():
-        state = optimizer.state.get(p, {})
-        params += float32_data(p.detach().full_tensor().flatten())
+def own_rows(model, optimizer, moments: bool = True) -> dict:
+    """This rank's rows of every parameter and, with ``moments``, of both AdamW moments (zeros where AdamW holds
+    none yet), a float32 list each; AdamW's step count. No collective: the launcher joins the ranks' rows
+    (``whole_state``)."""
+    params = list(model.parameters())
+    return rows_of([p.detach().to_local() for p in params], [optimizer.state.get(p, {}) for p in params], moments)
+
+
+def rows_of(params: list, states: list[dict], moments: bool) -> dict:
+    """``own_rows`` of local tensors ``params`` and their AdamW states (DTensors or tensors)."""
+    rows, steps = {"params": [], "moments": []}, []
+    for p, state in zip(params, states):
+        rows["params"].append(float32_data(p.flatten()))
         for name in ("exp_avg", "exp_avg_sq") if moments else ():
             moment = state.get(name)
-            gathered += float32_data(moment.full_tensor().flatten()) if moment is not None else [0.0] * p.numel()
+            local = moment.to_local() if hasattr(moment, "to_local") else moment
+            rows["moments"].append(float32_data(local.flatten()) if moment is not None else [0.0] * p.numel())
         steps.append(float(state["step"]) if "step" in state else 0.0)
-    return {"params": params, "moments": gathered, "adam_step": max(steps, default=0.0)}
+    return {**rows, "adam_step": max(steps, default=0.0)}
+
+
+def whole_state(rows: list[dict]) -> dict:
+    """The ranks' ``own_rows`` (in rank order, as Shard(0) splits a tensor) joined: every parameter and, where
+    there, both AdamW moments whole, as a gather gives them, each kind in one list; rank 0's step count."""
+    def joined(key: str) -> list[float]:
+        return [v for i in range(len(rows[0][key])) for r in rows for v in r[key][i]]
+
+    return {"params": joined("params"), "moments": joined("moments"), "adam_step": rows[0]["adam_step"]}
 
 
 def trained_digest(model) -> list[float]:
     """The sum and the sum of squares of every parameter, over all ranks: what the seeded training made."""
     local = torch.zeros(2, dtype=torch.float64)
     for p in model.parameters():
-        t = p.detach().to_local().double()
-        local += torch.stack([t.sum(), t.square().sum()])
+        t = p.detach().to_local().double().flatten()
+        local += torch.stack([t.sum(), t.dot(t)])  # no squared copy: the memory scenario's ranks fault less
     dist.all_reduce(local)
     return local.tolist()
 
@@ -151,43 +227,84 @@ def before_rank(rank: int, world_size: int, cls, case: dict, directory: str) -> 
 
 def after_rank(rank: int, world_size: int, cls, case: dict, directory: str, answers: list) -> dict:
     """A fresh process on the new world size: load(), then train to the end (without saving: no check reads a save
-    of the resumed run, and saves were most of its time). ``answers``: the
-    launcher's seeds for the steps after the newest complete save (None before it: a rank that resumes from an
-    older step trains with other weights, as it would with other data)."""
+    of the resumed run, and saves were most of its time). ``answers``: the launcher's seeds for the steps after the
+    newest complete save (None before it: a rank that resumes from an older step trains with other weights, as it
+    would with other data). Each rank answers its own rows of the state after load() and at the end, which the
+    launcher joins (``joined_ranks``): no gather."""
     quiet()
     model, optimizer, loader = new_run(case)
     checkpointer = student_call(cls, directory, model, optimizer, loader)
     found = student_call(checkpointer.load)
     start = found if isinstance(found, int) and 0 <= found <= case["steps"] else 0
-    loaded = whole_state(model, optimizer)
+    loaded = own_rows(model, optimizer)
     read = []
     for step in range(start, case["steps"]):
         read.append(train_step(model, optimizer, loader, seed_of(case, answers, step)))
-    final = whole_state(model, optimizer, moments=False)
-    if rank:
-        return {"forbidden": False, "loaded": plain(found)}
-    return {"forbidden": False, "loaded": plain(found), "after_load": loaded, "read": read, "final": final["params"]}
+    return {"forbidden": False, "loaded": plain(found), "after_load": loaded, "read": read if rank == 0 else [],
+            "final": own_rows(model, optimizer, moments=False)}
 
 
-def never_failed_rank(rank: int, world_size: int, case: dict, answers: list, keep: list[int],
-                      moments: list[int]) -> dict:
+def joined_ranks(found: dict) -> dict:
+    """``after_rank``'s records with the ranks' rows joined into rank 0's (``whole_state``), the others' dropped; a
+    record without them (a failed run, or rows that do not join) as it came."""
+    try:
+        ranks = found["ranks"]
+        after_load, final = whole_state([r["after_load"] for r in ranks]), whole_state([r["final"] for r in ranks])
+        others = [{k: r[k] for k in ("forbidden", "loaded")} for r in ranks[1:]]
+    except (KeyError, TypeError, IndexError):
+        return found
+    return {**found, "ranks": [{**ranks[0], "after_load": after_load, "final": final["params"]}, *others]}
+
+
+# ---- the launcher's side: the run that never failed; kill, cut off, measure the directory -----------
+
+def rank_rows(t, world_size: int) -> list:
+    """``t``'s rows on each rank (``row_range``)."""
+    return [t[slice(*row_range(len(t), world_size, rank))] for rank in range(world_size)]
+
+
+def never_failed(case: dict, answers: list, keep: list[int], moments: list[int]) -> dict:
     """The run that never failed, on the first world size, under the seeds ``answers``: what it read each step, and
-    its state after each step in ``keep``, AdamW's moments only after those in ``moments`` (None after the others:
-    each state is a gather of everything)."""
-    quiet()
-    model, optimizer, loader = new_run(case)
+    its state after each step in ``keep`` (``whole_state``), AdamW's moments only after those in ``moments``.
 
-    def state(step: int) -> dict | None:
-        return whole_state(model, optimizer, moments=step in moments) if step in keep else None
+    Recomputed here in the launcher with plain tensors, no ranks: each rank's rows of every parameter with an AdamW
+    of its own over them, its part of the batch through the layers the rows make together (the forward's
+    all-gather), and its rows of the gradient summed over the ranks (the backward's reduce-scatter). These are the
+    ranks' own ops on the ranks' own shapes, and a sum of two numbers is the same in either order, so on two ranks
+    (every killed run's) this is their run bit for bit (tests/exercises/test_checkpointer.py compares them)."""
+    world_size, sizes = case["killed_on"], case["sizes"]
+    with torch.random.fork_rng():
+        seed_cpu(case["model_seed"])
+        whole = [p.detach() for a, b in zip(sizes, sizes[1:]) for p in nn.Linear(a, b).parameters()]
+        shards = [[nn.Parameter(rank_rows(p, world_size)[rank].clone()) for p in whole] for rank in range(world_size)]
+        optimizers = [torch.optim.AdamW(own, lr=LR, fused=True) for own in shards]
+        loader = new_loader(case)
 
-    read, states = [], [state(0)]
-    for step in range(case["steps"]):
-        read.append(train_step(model, optimizer, loader, seed_of(case, answers, step)))
-        states.append(state(step + 1))
-    return {"read": read, "states": states} if rank == 0 else {}
+        def state(step: int) -> dict | None:
+            if step not in keep:
+                return None
+            return whole_state([rows_of(own, [optimizer.state.get(p, {}) for p in own], moments=step in moments)
+                                for own, optimizer in zip(shards, optimizers)])
 
+        read, states = [], [state(0)]
+        for step in range(case["steps"]):
+            x, y, weights, what = next_batch(loader, seed_of(case, answers, step))
+            grads = []
+            for rank in range(world_size):
+                gathered = [torch.cat([own[i].detach() for own in shards]).requires_grad_() for i in range(len(whole))]
+                layers = list(zip(gathered[::2], gathered[1::2]))
+                loss = rank_loss(lambda x: mlp(x, layers), x, y, weights, rank, world_size)
+                grads.append(torch.autograd.grad(loss, gathered))
+            for i in range(len(whole)):
+                summed = functools.reduce(torch.add, [g[i] for g in grads])
+                for rank, own in enumerate(shards):
+                    own[i].grad = rank_rows(summed, world_size)[rank].clone()
+            for optimizer in optimizers:
+                optimizer.step()
+            read.append(what)
+            states.append(state(step + 1))
+    return {"read": read, "states": states}
 
-# ---- the launcher's side: kill, cut off, measure the directory -------------------------------------
 
 def snapshot(directory: Path, contents: bool) -> dict:
     """Every regular file under ``directory`` (symbolic links and others ignored): its inode, size and times, and
@@ -284,7 +401,7 @@ class KilledRun:
     """The run the grader killed: its directory as the kill left it (a copy, put back at the same path for each
     scenario that resumes from it) and the cut planned on its own files; or why there is none. ``answers``: the
     seeds of every gate after a save, those the killed ranks were answered and, from the kill on, seeds drawn after
-    it; ``never_failed``: the grader's run under them (the launcher's own ranks, no student code)."""
+    it; ``never_failed``: the grader's run under them (recomputed by the launcher itself: ``never_failed``)."""
 
     def __init__(self, cls, case: dict, directory: Path):
         self.directory, self.kept = directory, directory.with_name(directory.name + "-as-killed")
@@ -303,11 +420,7 @@ class KilledRun:
         # AdamW's moments only at a resume (check_optimizer)
         resumes = sorted({case["kill_after"] - 1, case["kill_after"]})
         keep = sorted({1, *resumes, case["steps"]})
-        truth = run_on_ranks(never_failed_rank, case["killed_on"], case, self.answers, keep, resumes,
-                             timeout=LAUNCH_S)
-        self.never_failed = truth["ranks"][0] if "ranks" in truth else None
-        if self.never_failed is None:
-            raise RuntimeError(f"the grader's run that never failed did not finish: {truth.get('error')}")
+        self.never_failed = never_failed(case, self.answers, keep, resumes)
 
     def resume(self, cls, case: dict) -> dict:
         if self.failed:
@@ -318,11 +431,12 @@ class KilledRun:
             apply_cut(self.directory, self.cut)
         start = expected_step(case)
         later = [None] * (start - 1) + self.answers[max(start - 1, 0):]  # only the seeds after the newest save
-        found = run_on_ranks(after_rank, case["world_size"], cls, case, str(self.directory), later, timeout=LAUNCH_S)
+        found = joined_ranks(run_on_ranks(after_rank, case["world_size"], cls, case, str(self.directory), later,
+                                          timeout=LAUNCH_S))
         truth = self.never_failed
-        never_failed = {"read": truth["read"], "first": truth["states"][1]["params"], "at_resume": truth["states"][start],
-                        "final": truth["states"][-1]["params"]}
-        return {**found, "meter": {**found.get("meter", {}), "never_failed": never_failed}}
+        compared = {"read": truth["read"], "first": truth["states"][1]["params"], "at_resume": truth["states"][start],
+                    "final": truth["states"][-1]["params"]}
+        return {**found, "meter": {**found.get("meter", {}), "never_failed": compared}}
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -371,13 +485,12 @@ def warm_up(case: dict) -> None:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model, optimizer, loader = new_run(case)
-    train_step(model, optimizer, loader)
-    train_step(model, optimizer, loader, seed=1)
-    if not case["memory"]:  # the memory scenario gathers nothing (and its lists would cost more than they save)
-        whole_state(model, optimizer)
-    trained_digest(model)
+    train_step(model, optimizer, loader)  # a second step computes nothing new
     model_state, optim_state = get_state_dict(model, optimizer)
-    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+    if case["memory"]:  # the only ranks that end by themselves; they load nothing
+        trained_digest(model)
+    else:
+        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
 
 
 def warm_runs(cases) -> dict[int, list[dict]]:
