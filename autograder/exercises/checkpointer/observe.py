@@ -16,6 +16,7 @@ each killed run, under the same seeds, with plain tensors (``never_failed``: no 
 resumed runs train their later steps with seeds the launcher drew after the kill.
 """
 import functools
+import math
 import os
 import shutil
 import signal
@@ -48,10 +49,12 @@ MAX_FILES, MAX_SNAPSHOT_BYTES = 512, 16 << 20  # what the grader reads back of a
 
 class ShardedMLP(nn.Module):
     """Linear layers with Tanh between, every parameter a DTensor sharded by rows (Shard(0)) over the ranks, as
-    FSDP2 keeps them; as FSDP2 does, each forward gathers a layer whole in one collective, and its backward sums
-    the layer's gradient over the ranks in one, each rank keeping its own rows (``GatheredLayer``)."""
+    FSDP2 keeps them. As FSDP2 does for a group of layers, each forward gathers a group whole in one collective,
+    and its backward sums the group's gradient over the ranks in one, each rank keeping its own rows (``Gathered``):
+    the small model is one group (two collectives a step), the memory scenario's large layers one group each (as
+    FSDP2 wraps large layers: a rank holds one layer's whole gradient at a time)."""
 
-    def __init__(self, sizes, mesh):
+    def __init__(self, sizes, mesh, per_layer: bool = False):
         from torch.distributed.tensor import Shard, distribute_tensor
 
         super().__init__()
@@ -59,39 +62,50 @@ class ShardedMLP(nn.Module):
         for layer in self.layers:
             for name, p in list(layer.named_parameters()):
                 setattr(layer, name, nn.Parameter(distribute_tensor(p.detach(), mesh, [Shard(0)], src_data_rank=None)))
+        self.groups = [[layer] for layer in self.layers] if per_layer else [list(self.layers)]
 
     def forward(self, x):
+        return mlp(x, (pair for group in self.groups for pair in self.gathered(group)))
+
+    @staticmethod
+    def gathered(group):
+        """The group's layers whole, as (weight, bias) pairs."""
+        params = [p for layer in group for p in (layer.weight, layer.bias)]
         rank, world_size = dist.get_rank(), dist.get_world_size()
-        return mlp(x, (GatheredLayer.apply(layer.weight.to_local(), layer.bias.to_local(), tuple(layer.weight.shape),
-                                           row_range(layer.weight.shape[0], world_size, rank))
-                       for layer in self.layers))
+        whole = Gathered.apply(tuple(tuple(p.shape) for p in params),
+                               tuple(row_range(p.shape[0], world_size, rank) for p in params),
+                               *(p.to_local() for p in params))
+        return zip(whole[::2], whole[1::2])
 
 
-class GatheredLayer(torch.autograd.Function):
-    """A layer's weight and bias whole on every rank, from each rank's rows of them (the rows ``rows`` of the
-    whole): one all-reduce, to which each rank brings its rows and zeros elsewhere (a sum with zeros is exact).
-    Backward: the whole gradient summed over the ranks in one all-reduce, of which each rank keeps its rows (a
-    reduce-scatter; two ranks' sum is the same in either order). One collective each way for a layer instead of
+class Gathered(torch.autograd.Function):
+    """Tensors of the given ``shapes`` whole on every rank, from each rank's rows of them (``rows``, one range per
+    tensor): one all-reduce, to which each rank brings its rows and zeros elsewhere (a sum with zeros is exact).
+    Backward: the whole gradients summed over the ranks in one all-reduce, of which each rank keeps its rows (a
+    reduce-scatter; two ranks' sum is the same in either order). One collective each way for a group instead of
     one per parameter (DTensor's redistribute), which cost a rank most of its step."""
 
     @staticmethod
-    def forward(ctx, weight, bias, shape: tuple, rows: tuple[int, int]):
-        ctx.shape, ctx.rows = shape, rows
-        flat = weight.new_zeros(shape[0] * shape[1] + shape[0])
-        whole_weight, whole_bias = flat[:shape[0] * shape[1]].view(shape), flat[shape[0] * shape[1]:]
-        whole_weight[rows[0]:rows[1]] = weight
-        whole_bias[rows[0]:rows[1]] = bias
+    def forward(ctx, shapes: tuple, rows: tuple, *local):
+        ctx.shapes, ctx.rows = shapes, rows
+        flat = local[0].new_zeros(sum(math.prod(shape) for shape in shapes))
+        whole = split(flat, shapes)
+        for tensor, mine, (start, stop) in zip(whole, local, rows):
+            tensor[start:stop] = mine
         dist.all_reduce(flat)
-        return whole_weight, whole_bias
+        return whole
 
     @staticmethod
-    def backward(ctx, grad_weight, grad_bias):
-        (start, stop), shape = ctx.rows, ctx.shape
-        flat = torch.cat([grad_weight.reshape(-1), grad_bias.reshape(-1)])
+    def backward(ctx, *grads):
+        flat = torch.cat([grad.reshape(-1) for grad in grads])
         dist.all_reduce(flat)
-        summed_weight, summed_bias = flat[:shape[0] * shape[1]].view(shape), flat[shape[0] * shape[1]:]
         # copies of the rows: a view would keep the whole gradient alive in the parameter's .grad
-        return summed_weight[start:stop].clone(), summed_bias[start:stop].clone(), None, None
+        return None, None, *(t[start:stop].clone() for t, (start, stop) in zip(split(flat, ctx.shapes), ctx.rows))
+
+
+def split(flat, shapes) -> tuple:
+    """``flat`` as consecutive tensors of ``shapes`` (views)."""
+    return tuple(part.view(shape) for part, shape in zip(flat.split([math.prod(s) for s in shapes]), shapes))
 
 
 def row_range(rows: int, world_size: int, rank: int) -> tuple[int, int]:
@@ -112,7 +126,7 @@ def new_run(case: dict):
     """What a fresh process builds from the seeds: model, optimizer and loader; the RNG seeded the same on every
     rank (so every rank draws the same random numbers, and one saved state serves any world size)."""
     seed_cpu(case["model_seed"])
-    model = ShardedMLP(case["sizes"], warm_sharding.device_mesh(dist.get_world_size()))
+    model = ShardedMLP(case["sizes"], warm_sharding.device_mesh(dist.get_world_size()), per_layer=case["memory"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=True)  # DTensor ops: one a step, fused
     return model, optimizer, new_loader(case)
 
