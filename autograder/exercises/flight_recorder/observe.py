@@ -148,4 +148,5 @@ class HoldAndRelease(GatePolicy):
 
 
 def observe(fn, *, salt: int = 0) -> dict:
-    return observe_on_ranks(salt, cases(salt), rank_target, fn, gates=HoldAndRelease, timeout=LAUNCH_S, quiet=True)
+    return observe_on_ranks(salt, cases(salt), rank_target, fn, gates=HoldAndRelease, timeout=LAUNCH_S, quiet=True,
+                            together=True)
