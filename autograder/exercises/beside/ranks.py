@@ -366,7 +366,8 @@ def run_together(launches: list[tuple]) -> list[dict | Exception]:
     this returns, so that no thread is alive at a later fork. The loopback bytes are each launch's own only where it
     has a loopback of its own (not the sandbox's, which they share: ``private_network`` is then False). The launches
     compete for the CPU, so scenarios whose checks judge memory (``peaks``, a gate policy that ``reads_memory``) are
-    refused."""
+    refused; and their ranks may reach each other, so it is only for scenarios whose evidence no other scenario's
+    ranks can help (docs/grading.md)."""
     for _, _, _, options in launches:
         gates = options.get("gates")
         if options.get("peaks") or (gates and gates.reads_memory):
