@@ -76,7 +76,8 @@ def _observe_public() -> dict[str, dict]:
     from .grader.sandbox.launch import make_sandbox
 
     course = load_course()
-    return reference_observations(course, course.exercises, make_sandbox(enabled=False), salt=0)
+    return reference_observations(course, course.exercises, make_sandbox(enabled=False), salt=0,
+                                  jobs=os.cpu_count() or 1)
 
 
 def _generate(args) -> int:

@@ -76,13 +76,64 @@ def _crashes_once(rank: int, world_size: int, fn, case: dict) -> dict:
     return {"launch": "again" if flag.exists() else "first"}
 
 
+@pytest.mark.parametrize("together", [False, True])
 @pytest.mark.parametrize("always", [False, True])
-def test_a_scenario_whose_rank_crashes_gets_one_more_launch(tmp_path, always):
+def test_a_scenario_whose_rank_crashes_gets_one_more_launch(tmp_path, always, together):
     """A crash in native code (torch's profiler in a forked rank, rarely) costs a scenario one more launch, not the
-    student's points; a crash that repeats stands, as the student's own would."""
+    student's points; a crash that repeats stands, as the student's own would. Launches run together too (the
+    second one alone)."""
     cases = {"crashing": {"world_size": 2, "flag": str(tmp_path / "crashed"), "always": always}}
-    found = observe_on_ranks(0, cases, _crashes_once, None, quiet=True)["scenarios"]["crashing"]
+    found = observe_on_ranks(0, cases, _crashes_once, None, quiet=True, together=together)["scenarios"]["crashing"]
     if always:
         assert found["error"] == "rank 1 died without a result (signal SIGSEGV)"
     else:
         assert [r["launch"] for r in found["ranks"]] == ["again", "again"]
+
+
+def _meets_the_others(rank: int, world_size: int, fn, case: dict) -> dict:
+    """Says it is here (a file), waits until every scenario's rank 0 is (so the launches run at the same time), then
+    reports its port and the pipes it holds: its own (``rank_fds``) and all it has open."""
+    import os
+    import time
+    from pathlib import Path
+
+    from autograder.exercises.beside.ranks import rank_fds
+
+    here = Path(case["folder"])
+    if rank == 0:
+        (here / case["name"]).touch()
+    end = time.monotonic() + 30
+    while len(list(here.iterdir())) < case["scenarios"] and time.monotonic() < end:
+        time.sleep(0.01)
+
+    def pipes(fds):
+        links = []
+        for fd in fds:
+            try:
+                links.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass
+        return sorted(link for link in links if link.startswith("pipe:"))
+
+    if case.get("fails"):
+        raise RuntimeError("this scenario's own failure")
+    return {"port": os.environ["MASTER_PORT"], "met": len(list(here.iterdir())), "own": pipes(rank_fds()),
+            "open": pipes(int(fd) for fd in os.listdir("/proc/self/fd"))}
+
+
+def test_launches_run_together_each_on_its_own(tmp_path):
+    """``together``: every scenario's ranks run at the same time (each rank 0 meets the others'), each launch with
+    its own store port and its result in its own place, a failure its own scenario's alone; no rank holds a pipe of
+    another launch's ranks (the launcher's ends, open while the later launches fork, are closed in them)."""
+    names = ("a", "b", "c")
+    cases = {name: {"world_size": 2, "folder": str(tmp_path), "name": name, "scenarios": len(names),
+                    "fails": name == "b"} for name in names}
+    found = observe_on_ranks(0, cases, _meets_the_others, None, quiet=True, together=True)["scenarios"]
+    assert found["b"]["error"] == "RuntimeError: this scenario's own failure"
+    ranks = {name: found[name]["ranks"] for name in ("a", "c")}
+    assert all(r["met"] == len(names) for rs in ranks.values() for r in rs)
+    assert len({rs[0]["port"] for rs in ranks.values()}) == 2
+    for name, rs in ranks.items():
+        assert rs[0]["port"] == rs[1]["port"]
+        others = {pipe for other, them in ranks.items() if other != name for r in them for pipe in r["own"]}
+        assert all(r["own"] and not others & set(r["open"]) for r in rs), (name, rs, others)

@@ -27,9 +27,11 @@ import os
 import select
 import signal
 import socket
+import threading
 import time
 import traceback
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 from coursekit.quiet import c_stderr_silenced
 
@@ -37,7 +39,7 @@ from ..judging.checking import ABORTED, DEADLOCK
 from ..judging.parse import BadMessage, loads_bounded
 from .define import DefinitionError, cell_line, define_function
 from .loopback import PrivateLoopback, store_socket
-from .meter import PEAK_SAMPLE_S, SAMPLE_S, Meter
+from .meter import PEAK_SAMPLE_S, SAMPLE_S, Meter, ranks_alone
 from .observing import describe_exception, observation
 
 LAUNCH_TIMEOUT_S = 8.0      # one scenario's ranks; a correct run takes well under a second
@@ -261,47 +263,136 @@ def run_on_ranks(target, world_size: int, *args, timeout: float = LAUNCH_TIMEOUT
     freed memory to the kernel (``return_freed_memory``) only where a check reads it: ``peaks``, or a gate policy
     that reads memory (``reads_memory``); elsewhere they reuse it (``reuse_freed_memory``).
     """
-    ranks = []
-    loopback = None if _private_network[0] else PrivateLoopback.start()  # the sandbox's loopback is theirs already
-    # rank 0's store listens on the ranks' loopback: the holder's namespace, where there is one
-    listener = (loopback.store_socket() if loopback else store_socket()) if group else None
-    sample_s = PEAK_SAMPLE_S if peaks else SAMPLE_S
-    meter = Meter(min(sample_s, (gates and gates.tick_s) or SAMPLE_S), sample_s=sample_s, gates=gates,
-                  held=_held[0] if _held else None,
-                  private_network=_private_network[0] or bool(loopback),
-                  **({"sent_counter": loopback.tx_bytes} if loopback else {}))
-    trim_memory()
-    meter.open()
-    gc.freeze()  # a rank's garbage collection then leaves the inherited objects' pages shared (no copy-on-write)
-    for rank in range(world_size):
-        read_fd, write_fd = os.pipe()
-        requests, replies = (os.pipe(), os.pipe()) if gates else ((None, None), (None, None))
-        pid = os.fork()
-        if pid == 0:
-            os.close(read_fd)
-            for fd in [fd for other in ranks for fd in other.fds()] + [requests[0], replies[1]]:
+    return _Launch(target, world_size, args, timeout=timeout, group=group, gates=gates, peaks=peaks,
+                   quiet=quiet).finish()
+
+
+class _Launch:
+    """One scenario's ranks: forked (with their loopback and meter) when made, collected and stopped by ``finish``.
+
+    ``together``: the launches that run at the same time as this one (``run_together``), which starts its meter
+    once all are forked (``start``); else it starts at once."""
+
+    def __init__(self, target, world_size: int, args, *, timeout: float, group: bool = True, gates=None,
+                 peaks: bool = False, quiet: bool = False, together: "_Together | None" = None):
+        self.ranks: list[_Rank] = []
+        self.timeout = timeout
+        # the sandbox's loopback is the ranks' own already: for one launch at a time
+        self.loopback = None if _private_network[0] else PrivateLoopback.start()
+        # rank 0's store listens on the ranks' loopback: the holder's namespace, where there is one
+        listener = (self.loopback.store_socket() if self.loopback else store_socket()) if group else None
+        sample_s = PEAK_SAMPLE_S if peaks else SAMPLE_S
+        held = together.held if together else _held[0] if _held else None
+        private = bool(self.loopback) or (_private_network[0] and not together)
+        self.meter = meter = Meter(min(sample_s, (gates and gates.tick_s) or SAMPLE_S), sample_s=sample_s, gates=gates,
+                                   held=held, private_network=private,
+                                   **({"sent_counter": self.loopback.tx_bytes} if self.loopback else {}))
+        others = together.fds() if together else []  # the launcher's ends of the other launches' pipes
+        trim_memory()
+        meter.open()
+        gc.freeze()  # a rank's garbage collection then leaves the inherited objects' pages shared (no copy-on-write)
+        for rank in range(world_size):
+            read_fd, write_fd = os.pipe()
+            requests, replies = (os.pipe(), os.pipe()) if gates else ((None, None), (None, None))
+            pid = os.fork()
+            if pid == 0:
+                os.close(read_fd)
+                for fd in [fd for other in self.ranks for fd in other.fds()] + others + [requests[0], replies[1]]:
+                    if fd is not None:
+                        os.close(fd)
+                _rank_main(rank, world_size, listener, timeout, target, args, write_fd,
+                           (requests[1], replies[0]) if gates else None, self.loopback, quiet,
+                           memory=peaks or bool(gates and gates.reads_memory))
+            for fd in (write_fd, requests[1], replies[0]):
                 if fd is not None:
                     os.close(fd)
-            _rank_main(rank, world_size, listener, timeout, target, args, write_fd,
-                       (requests[1], replies[0]) if gates else None, loopback, quiet,
-                       memory=peaks or bool(gates and gates.reads_memory))
-        for fd in (write_fd, requests[1], replies[0]):
-            if fd is not None:
-                os.close(fd)
-        ranks.append(_Rank(rank, pid, read_fd, (requests[0], replies[1]) if gates else None))
-    gc.unfreeze()
-    if listener:
-        listener.close()
-    meter.start([r.pid for r in ranks])
-    try:
-        failure = _collect(ranks, meter, time.monotonic() + timeout)
-    finally:
-        _stop(ranks, meter)
-        if loopback:
-            loopback.stop()
-    if failure:
-        return {"error": failure, **_blamed(ranks, failure)}
-    return {"ranks": [r.message["ok"] for r in ranks], "meter": meter.result()}
+            self.ranks.append(_Rank(rank, pid, read_fd, (requests[0], replies[1]) if gates else None))
+        gc.unfreeze()
+        if listener:
+            listener.close()
+        if together:
+            together.launches.append(self)
+        else:
+            self.start()
+
+    def start(self) -> None:
+        self.meter.start([r.pid for r in self.ranks])
+        self.deadline = time.monotonic() + self.timeout
+
+    def fds(self) -> list[int]:
+        """The launcher's ends of this launch's pipes and its loopback's channel."""
+        return [fd for r in self.ranks for fd in r.fds()] + ([self.loopback.channel.fileno()] if self.loopback else [])
+
+    def finish(self) -> dict:
+        try:
+            failure = _collect(self.ranks, self.meter, self.deadline)
+        finally:
+            _stop(self.ranks, self.meter)
+            if self.loopback:
+                self.loopback.stop()
+        if failure:
+            return {"error": failure, **_blamed(self.ranks, failure)}
+        return {"ranks": [r.message["ok"] for r in self.ranks], "meter": self.meter.result()}
+
+
+class _Together:
+    """What launches that run at the same time share. Each one's ranks close the launcher's ends of the pipes of the
+    launches forked before it (``fds``). Their meters count memory with one ``held`` over every rank of them all
+    (``held``): the worker's (rank_holdings.py) follows one set of ranks, and would charge each launch's ranks with
+    the other launches' as processes none of theirs started; asked about every rank, it charges each rank with its
+    own descendants as before, and drains the channel every isolated rank hands its tmpfs over on before it runs."""
+
+    def __init__(self):
+        self.launches: list[_Launch] = []
+        self.every: list[int] = []  # every rank's pid, once all are forked
+        self.measure, self.lock = _held[0] if _held else ranks_alone, threading.Lock()
+
+    def fds(self) -> list[int]:
+        return [fd for launch in self.launches for fd in launch.fds()]
+
+    def held(self, pids: list[int], baseline: int) -> list[int | None]:
+        with self.lock:  # each launch's thread samples its own ranks
+            found = dict(zip(self.every, self.measure(self.every, baseline)))
+        return [found.get(pid) for pid in pids]
+
+
+def run_together(launches: list[tuple]) -> list[dict | Exception]:
+    """Several scenarios at the same time, each a launch of its own (its ranks, store and port, loopback, meter,
+    gate policy and timeout): ``launches`` holds ``(target, world_size, args, options)`` with ``run_on_ranks``'s
+    options; the results in the same order, or the exception that one launch raised.
+
+    For scenarios that mostly wait (a deadline that must pass): their waits overlap. Every launch is forked first,
+    from this thread alone; then each is collected by a thread of its own (mostly in ``select``), all ended before
+    this returns, so that no thread is alive at a later fork. The loopback bytes are each launch's own only where it
+    has a loopback of its own (not the sandbox's, which they share: ``private_network`` is then False). The launches
+    compete for the CPU, so scenarios whose checks judge memory (``peaks``, a gate policy that ``reads_memory``) are
+    refused; and their ranks may reach each other, so it is only for scenarios whose evidence no other scenario's
+    ranks can help (docs/grading.md)."""
+    for _, _, _, options in launches:
+        gates = options.get("gates")
+        if options.get("peaks") or (gates and gates.reads_memory):
+            raise ValueError("launches that run together are not for memory checks")
+    together = _Together()
+    started: list[_Launch | Exception] = []
+    for target, world_size, args, options in launches:
+        try:
+            started.append(_Launch(target, world_size, args, **options, together=together))
+        except Exception as exc:  # this scenario's failure; the others go on
+            started.append(exc)
+    together.every = [r.pid for launch in together.launches for r in launch.ranks]
+    for launch in together.launches:
+        launch.start()
+
+    def finish(launch: _Launch | Exception) -> dict | Exception:
+        if isinstance(launch, Exception):
+            return launch
+        try:
+            return launch.finish()
+        except Exception as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=len(started) or 1) as pool:
+        return list(pool.map(finish, started))
 
 
 def _blamed(ranks: list[_Rank], failure: str) -> dict:
@@ -436,22 +527,38 @@ def run_alone(target, fn, case: dict, *, timeout: float = LAUNCH_TIMEOUT_S, peak
 
 
 def observe_on_ranks(salt: int, cases: dict[str, dict], target, fn, *, timeout: float = LAUNCH_TIMEOUT_S,
-                     gates=None, peaks=None, profiler: bool = False, quiet: bool = False) -> dict:
+                     gates=None, peaks=None, profiler: bool = False, quiet: bool = False,
+                     together: bool = False) -> dict:
     """Every scenario observed on its own ranks (``case["world_size"]`` of them).
 
     ``gates(case)``: a scenario's gate policy (meter.py), or None for one without gates; ``peaks(case)``: whether a
     check judges the scenario's peak memory (``run_on_ranks``); ``profiler``: the targets profile, so the launcher
-    starts the profiler once first (``warm_profiler``); ``quiet``: ranks write nothing on stderr. A rank's record
-    says ``"forbidden": False`` unless its target says otherwise (``checking.rank_results`` requires the key).
+    starts the profiler once first (``warm_profiler``); ``quiet``: ranks write nothing on stderr; ``together``: the
+    scenarios' launches run at the same time (``run_together``: for scenarios that mostly wait, whose checks read
+    neither memory nor loopback bytes), a crashed one again alone. A rank's record says ``"forbidden": False``
+    unless its target says otherwise (``checking.rank_results`` requires the key).
     """
     return_freed_memory()  # in the launcher too: the ranks inherit its heap, and would reuse its free chunks
     if profiler:
         warm_profiler()
 
+    def options(case: dict) -> dict:
+        return {"timeout": timeout, "quiet": quiet, "gates": gates(case) if gates else None,
+                "peaks": bool(peaks and peaks(case))}
+
+    first = {}  # id(case) -> its first launch's result (or exception), where the launches ran together
+    if together:
+        found = run_together([(target, case["world_size"], (fn, case), options(case)) for case in cases.values()])
+        first = {id(case): result for case, result in zip(cases.values(), found)}
+
     def scenario(case: dict) -> dict:
-        for _ in range(1 + CRASH_RETRIES):
-            found = run_on_ranks(target, case["world_size"], fn, case, timeout=timeout, quiet=quiet,
-                                 gates=gates(case) if gates else None, peaks=bool(peaks and peaks(case)))
+        for attempt in range(1 + CRASH_RETRIES):
+            if attempt == 0 and id(case) in first:
+                found = first[id(case)]
+                if isinstance(found, Exception):
+                    raise found  # recorded as this scenario's error (observation), as a launch of its own would be
+            else:
+                found = run_on_ranks(target, case["world_size"], fn, case, **options(case))
             if not crashed(found):
                 break
         if "ranks" in found:

@@ -8,9 +8,12 @@ flight recorder keeps.
 
 The grader's code calls the collectives on 4 forked gloo ranks; its launcher makes the hang from outside: it holds
 ranks at a gate before a collective until every other rank has reported, lets one go late (well inside the
-deadline), or the grader's code skips a collective on one rank; in one scenario two groups' collectives interleave.
+deadline; its report gets what the others have left), or the grader's code skips a collective on one rank; in one
+scenario two groups' collectives interleave.
 Each reporting rank's report is compared with what the grader made happen (``cases.expected``); the launcher times
 each report from outside, and a report that never returns is stopped by the launch's timeout (no process is left).
+The three scenarios' launches run at the same time (``observe_on_ranks(together=True)``): each mostly waits out a
+deadline, so their waits overlap; each keeps its own ranks, store, gates, clock and timeout: its evidence is its own.
 """
 from ..exercise import Check, Exercise
 from . import cases, checks
@@ -22,7 +25,8 @@ EXERCISE = Exercise(
     observer=f"{__name__}.observe",
     ranks=True,
     evidence=checks.store_was_read,
-    timeout_s=45,  # three launches; a report that blocks forever spends observe.LAUNCH_S in two of them
+    timeout_s=45,  # three launches at once (one more, alone, if a rank crashes); a report that blocks forever
+                   # spends observe.LAUNCH_S
     # the notebook's setup cell (Checkpointer's) imports torch.distributed.checkpoint, which imports parts of FSDP
     # and tensor parallelism: graded in the worker that keeps them, as Checkpointer is
     needs_libraries=("torch/distributed/fsdp", "torch/distributed/tensor/parallel"),

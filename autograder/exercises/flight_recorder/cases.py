@@ -2,7 +2,8 @@
 Python). Every scenario runs on 4 ranks; the grader's own code calls each collective, and the ranks that would wait
 in the one that cannot complete call ``report`` instead (their peers' records say who is missing). In every scenario
 one of those ranks is late: let go LATE_S after the others (all together) began their reports, so that what a
-report sees at once, and what it sees by waiting, is the same on every run.
+report sees at once, and what it sees by waiting, is the same on every run. The late rank's own report gets the
+rest of their deadline (``deadline_of``): every report of a scenario ends at the same moment.
 """
 from ..scenarios import held_out_rng
 
@@ -68,6 +69,12 @@ def two_groups(salt: int) -> dict:
         tp, dp = _kinds(rng, 3), rng.choice(KINDS)
     steps = [["tp", kind] for kind in tp] + [["dp", dp]]
     return {"steps": steps, "hang": 1, "held": [held], "late": late, "skips": None, "tp_members": members}
+
+
+def deadline_of(case: dict, rank: int) -> float:
+    """What ``report`` is given on ``rank``: DEADLINE_S, and the late rank what the others have left when it is let
+    go, so that its wait for the held ranks ends with theirs instead of LATE_S after them (the scenario's wall time)."""
+    return round(case["deadline_s"] - LATE_S, 3) if rank == case["late"] else case["deadline_s"]
 
 
 def collectives_of(steps: list, group: str) -> list[str]:

@@ -4,7 +4,7 @@ What the grader made happen is in the reference's ``case`` (``cases.expected``):
 let go late, which one skipped a collective. The reports come from the ranks; the times are the launcher's.
 """
 from ..judging.checking import ScenarioError, case, rank_results
-from .cases import expected
+from .cases import deadline_of, expected
 
 DEADLINE_SLACK_S = 1.5  # a report may end this much after its deadline (a loaded machine) before it "overran"
 STALLS = ("stalled", "two_groups")
@@ -72,11 +72,12 @@ def check_returns(student, reference):
         c = case(reference, key)
         reports(student, reference, key)
         took = student["scenarios"][key]["meter"]["gates"]["report_s"]
-        slow = {r: t for r, t in took.items() if isinstance(t, int | float) and t > c["deadline_s"] + DEADLINE_SLACK_S}
+        slow = {r: t for r, t in took.items()
+                if isinstance(t, int | float) and t > deadline_of(c, int(r)) + DEADLINE_SLACK_S}
         if slow:
             rank, t = next(iter(slow.items()))
             return (f"When {c['what']}, report() on rank {rank} returned after {t:.1f} s, with a deadline of "
-                    f"{c['deadline_s']:g} s: stop waiting once the deadline has passed.")
+                    f"{deadline_of(c, int(rank)):g} s: stop waiting once the deadline has passed.")
     return None
 
 

@@ -6,8 +6,8 @@ of the scenario's own) and walks the scenario's steps: before each collective it
 collective itself on that group. A rank the scenario holds asks the launcher's gate first and is held there until
 every other rank has reported (it then ends, as a dead rank would never come back); the late rank is let go
 ``LATE_S`` after the on-time ranks began their reports (together); a desynchronised rank skips a collective. The ranks whose
-next collective could not complete call ``report(deadline_s)`` instead of entering it, between two gates of the
-launcher, which times them from outside.
+next collective could not complete call ``report(deadline_s)`` instead of entering it (the late rank with what the
+others have left: ``cases.deadline_of``), between two gates of the launcher, which times them from outside.
 """
 import os
 import time
@@ -19,7 +19,7 @@ import torch.distributed as dist
 from ..beside.meter import GatePolicy
 from ..beside.observing import plain
 from ..beside.ranks import ask_gate, observe_on_ranks, student_call
-from .cases import LATE_S, cases, expected
+from .cases import LATE_S, cases, deadline_of, expected
 
 LAUNCH_S = 8.0   # one scenario; a correct one takes about a second, a report that blocks forever is stopped here
 GROUP_S = 5.0    # the groups' own timeout: longer than any correct scenario, shorter than the launch
@@ -80,7 +80,7 @@ def rank_target(rank: int, world_size: int, cls, case: dict) -> dict:
         student_call(recorders[group_name].record, kind)
         if group_name == "dp" and (dp_seq == case["hang"] or (rank == case["skips"] and dp_seq == case["hang"] + 1)):
             ask_gate("reporting", torch.ones(1))
-            report = student_call(recorders["dp"].report, case["deadline_s"])
+            report = student_call(recorders["dp"].report, deadline_of(case, rank))
             ask_gate("reported", torch.ones(1))
             return finish({"report": as_report(report)})
         collective(kind, groups[group_name], rank)
@@ -148,4 +148,5 @@ class HoldAndRelease(GatePolicy):
 
 
 def observe(fn, *, salt: int = 0) -> dict:
-    return observe_on_ranks(salt, cases(salt), rank_target, fn, gates=HoldAndRelease, timeout=LAUNCH_S, quiet=True)
+    return observe_on_ranks(salt, cases(salt), rank_target, fn, gates=HoldAndRelease, timeout=LAUNCH_S, quiet=True,
+                            together=True)
