@@ -57,7 +57,7 @@ def _interpret_library_calls() -> None:
     An interpreted kernel calls them from Python, which a compiled-mode helper refuses ("Cannot call @triton.jit'd
     outside of the scope of a kernel"). That call is never valid in compiled mode, so it is sent to the interpreter.
     (``JITFunction`` and ``InterpretedFunction`` are private to Triton 3.x; tests/coursekit/test_kernels.py.)"""
-    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.interpreter import InterpretedFunction, InterpreterError
     from triton.runtime.jit import JITFunction
 
     if getattr(JITFunction.__call__, "interprets", False):
@@ -67,10 +67,26 @@ def _interpret_library_calls() -> None:
     def call(self, *args, **kwargs):
         if self.fn not in helpers:
             helpers[self.fn] = InterpretedFunction(self.fn)
-        return helpers[self.fn](*args, **kwargs)
+        if not _language_patched(self.fn):
+            return helpers[self.fn](*args, **kwargs)
+        # What InterpretedFunction.__call__ does once its language modules are patched: re-patching them (a scan of
+        # every member of triton.language, a third of an interpreted kernel's time) would change nothing.
+        try:
+            return helpers[self.fn].rewrite()(*args, **kwargs)
+        except Exception as e:
+            raise InterpreterError(repr(e)) from e
 
     call.interprets = True
     JITFunction.__call__ = call
+
+
+def _language_patched(fn) -> bool:
+    """Whether the ``triton.language`` modules ``fn`` sees are the interpreter's already (its builtins replaced, as the
+    running kernel's patch or an earlier helper call left them; private to Triton 3.x's interpreter)."""
+    import triton.language as tl
+
+    langs = [value for value in fn.__globals__.values() if value is tl or value is tl.core]
+    return bool(langs) and not any(tl.core.is_builtin(getattr(lang, "add", None)) for lang in langs)
 
 
 @dataclass
