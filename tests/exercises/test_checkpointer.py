@@ -8,7 +8,7 @@ from submission_factory import grade_one_exercise_class, reference_source
 from variants.checkpointer import WRONG
 
 from autograder.exercises.beside.ranks import run_on_ranks
-from autograder.exercises.checkpointer.cases import cases
+from autograder.exercises.checkpointer.cases import SAME_RTOL, cases
 from autograder.exercises.checkpointer.checks import flat
 from autograder.exercises.checkpointer.observe import cut_off, never_failed, snapshot, whole_state
 from autograder.exercises.judging.checking import close
@@ -135,14 +135,19 @@ def _trains(rank: int, world_size: int, case: dict, answers: list) -> dict:
     return {"read": read, "states": states}
 
 
-def test_the_launchers_run_that_never_failed_is_the_ranks_run_bit_for_bit():
+def test_the_launchers_run_that_never_failed_is_the_ranks_run():
     """observe.never_failed recomputes the killed run's training in the launcher with plain tensors: on the killed
-    run's two ranks (uneven shards, one empty) it reads what they read and ends every step on exactly their
-    parameters and AdamW moments, under the launcher's seeds."""
+    run's two ranks (uneven shards, one empty) it reads what they read and ends every step on their parameters and
+    AdamW moments, under the launcher's seeds. The same ops on the same shapes: bit for bit on this machine; asserted
+    to float32 round-off (SAME_RTOL, what the checks allow), as any comparison of two code paths on any CPU."""
     case = cases(5)["same_size"]
     answers = [float(seed) for seed in range(7, 7 + case["steps"] - 1)]
     found = run_on_ranks(_trains, case["killed_on"], case, answers, timeout=60)
     every = list(range(case["steps"] + 1))
     truth = never_failed(case, answers, every, every)
-    assert truth["read"] == found["ranks"][0]["read"]
-    assert truth["states"] == [whole_state([r["states"][step] for r in found["ranks"]]) for step in every]
+    assert close(flat(truth["read"]), flat(found["ranks"][0]["read"]), atol=0.0, rtol=SAME_RTOL)
+    for step in every:
+        ranks = whole_state([r["states"][step] for r in found["ranks"]])
+        assert truth["states"][step]["adam_step"] == ranks["adam_step"], step
+        for key in ("params", "moments"):
+            assert close(truth["states"][step][key], ranks[key], atol=1e-9, rtol=SAME_RTOL), (step, key)
