@@ -38,10 +38,9 @@ def _one_after_another(on: bool) -> None:
 
 def _in_a_task(work) -> dict:
     """``work()`` in a forked child, as the worker runs a task: its wall time, and its CPU with its descendants'."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
+    from bench.grading_profile import in_a_child
+
+    def measured() -> dict:
         own, ranks = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.monotonic()
         extra = work()
@@ -49,15 +48,9 @@ def _in_a_task(work) -> dict:
         own2, ranks2 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = sum(getattr(b, f) - getattr(a, f) for a, b in ((own, own2), (ranks, ranks2))
                   for f in ("ru_utime", "ru_stime"))
-        os.write(write_fd, json.dumps({"wall_s": wall, "cpu_s": cpu, **extra}).encode())
-        os._exit(0)
-    os.close(write_fd)
-    data = b""
-    while chunk := os.read(read_fd, 1 << 16):
-        data += chunk
-    os.close(read_fd)
-    os.waitpid(pid, 0)
-    return json.loads(data)
+        return {"wall_s": wall, "cpu_s": cpu, **extra}
+
+    return in_a_child(measured)
 
 
 def _zygote():

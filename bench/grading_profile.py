@@ -29,18 +29,13 @@ def _usage() -> dict:
             "ranks_user_s": ranks.ru_utime, "ranks_sys_s": ranks.ru_stime, "ranks_faults": ranks.ru_minflt}
 
 
-def _in_a_task(work) -> dict:
-    """Run ``work()`` in a forked child, as the worker runs a task; the child's usage and its descendants'."""
+def in_a_child(fn) -> dict:
+    """``fn()`` (a dict of JSON data) computed in a forked child, as the worker runs a task."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        counted = {"launches": 0, "ranks": 0}
-        before = _usage()
-        work(counted)
-        after = _usage()
-        found = {k: after[k] - before[k] for k in after} | counted
-        os.write(write_fd, json.dumps(found).encode())
+        os.write(write_fd, json.dumps(fn()).encode())
         os._exit(0)
     os.close(write_fd)
     data = b""
@@ -49,6 +44,18 @@ def _in_a_task(work) -> dict:
     os.close(read_fd)
     os.waitpid(pid, 0)
     return json.loads(data)
+
+
+def _in_a_task(work) -> dict:
+    """Run ``work()`` in a forked child, as the worker runs a task; the child's usage and its descendants'."""
+    def measured() -> dict:
+        counted = {"launches": 0, "ranks": 0}
+        before = _usage()
+        work(counted)
+        after = _usage()
+        return {k: after[k] - before[k] for k in after} | counted
+
+    return in_a_child(measured)
 
 
 def _observe(exercise: str, cells: list, salt: int):
