@@ -34,7 +34,7 @@ lab: env
 nbgrader: env
 	cd classroom && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/nbgrader $(ARGS)
 
-## test: lint, check the generated files, run every test (about 36 min on 2 cores; the browser tests need chromium)
+## test: lint, check the generated files, run every test (about 27 min on 2 cores; the browser tests need chromium)
 ## (most of them in TEST_PROCESSES processes side by side (tests/conftest.py: which tests share a process, the costliest
 ## first) while the fast tier runs again under the CPU kernels other machines pick (test-any-cpu: it fills the cores
 ## the others leave idle while they wait for a deadlock's timeout or a notebook's kernel), then the `serial` ones alone)
