@@ -138,7 +138,7 @@ def grade_class(submissions_path: Path, out: Path, sandbox: Sandbox, *, jobs: in
 
     phases = {"reference_s": reference_s, "parse_s": read_s, "run_s": 0.0, "verdict_s": 0.0, "worker_peak_mib": 0.0}
     bar = tqdm(total=len(todo), desc="grading", unit="student", disable=not progress)
-    for sub, (rows, timings) in _grade_all(todo, course, wanted, references, sandbox, timeout, jobs, dask_address,
+    for sub, (rows, timings) in _grade_all(todo, course, wanted, references, sandbox, timeout, threads, dask_address,
                                            notebooks):
         save_state(out, sub.student, {"fingerprint": sub.fingerprint(), "version": version, "wanted": wanted}, rows)
         rows_by_student[sub.student] = rows
@@ -175,14 +175,13 @@ def _read_notebooks(sub: Submission, course: Course, wanted: list[str]) -> dict[
         return None
 
 
-def _grade_all(todo, course, wanted, references, sandbox, timeout, jobs, dask_address, notebooks):
+def _grade_all(todo, course, wanted, references, sandbox, timeout, threads, dask_address, notebooks):
     """Yield (submission, (rows, timings)) as students finish, on local threads or a Dask cluster."""
     if dask_address:
         from .cluster import grade_on_dask
 
         yield from grade_on_dask(dask_address, todo, course, wanted, references, sandbox, timeout, notebooks)
         return
-    threads = jobs or os.cpu_count() or 1
     try:
         with ThreadPoolExecutor(max_workers=threads) as pool:
             futures = {pool.submit(grade_submission, sub, course, wanted, references, sandbox, timeout,
