@@ -53,8 +53,8 @@ print(json.dumps(found))
 """
 
 HOSTILE_CELL = '''
-import os, signal
-rank = int(os.environ["RANK"])
+import os, signal, socket, time
+rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 try:
     os.kill(os.getppid(), signal.SIGSTOP)
     stop = "the launcher stopped"
@@ -62,8 +62,25 @@ except OSError as exc:
     stop = exc.strerror
 if rank == 0:
     open("/dev/shm/left-by-rank-0", "w").write("x")
-seen = os.path.exists("/dev/shm/left-by-rank-0")
 print(f"rank {rank} printed this")
+# Every rank waits here until all have printed (over the ranks' own loopback; the cells run before the process
+# group exists): otherwise the first rank to raise ends the scenario before a slower one has printed.
+port = int(os.environ["MASTER_PORT"]) + 1
+if rank == 0:
+    with socket.create_server(("127.0.0.1", port)) as server:
+        peers = [server.accept()[0] for _ in range(world_size - 1)]
+    for peer in peers:
+        peer.sendall(b"go")
+        peer.close()
+else:
+    for _ in range(6000):
+        try:
+            with socket.create_connection(("127.0.0.1", port)) as peer:
+                peer.recv(2)
+            break
+        except OSError:
+            time.sleep(0.01)
+seen = os.path.exists("/dev/shm/left-by-rank-0")
 raise RuntimeError(f"rank {rank}: stop: {stop}; sees rank 0's file: {seen}")
 '''
 
