@@ -3,7 +3,7 @@ from ..scenarios import held_out_rng, salted_seed
 
 STEPS = 6                          # every run's length: the data loader's epoch (5 batches) ends inside it
 ROWS, GLOBAL_BATCH, LR = 40, 8, 0.02
-SIZES = (6, 10, 7, 1)              # Linear widths: rows of 10, 7 and 1 split unevenly over 3 ranks (one rank empty)
+SIZES = (6, 10, 7, 1)              # Linear widths: rows of 10, 7 and 1 split unevenly over 3 ranks (two empty)
 MODEL_SEED, DATA_SEED = 2024, 9
 SAME_RTOL = 1e-6                   # same world size: the same sums in the same order (float32 round-off at most)
 RESIZE_ATOL = 1e-4                 # another world size: the gradient's sum over ranks in another order (stated)
