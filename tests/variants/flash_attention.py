@@ -227,6 +227,10 @@ class FlashAttention(torch.autograd.Function):
 
 WRONG = {
     "no_rescaling": (_mistake(("acc = alpha.unsqueeze(-1) * acc + p", "acc = acc + p")), ["The output equals"]),
+    # the same mistake with tiles that hold a whole row of keys: the grader sets its own tiles for the value checks
+    "no_rescaling_in_whole_row_tiles": (_mistake(("acc = alpha.unsqueeze(-1) * acc + p", "acc = acc + p"),
+                                                 ("BLOCK_Q = 16\nBLOCK_K = 16", "BLOCK_Q = 64\nBLOCK_K = 64")),
+                                        ["The output equals"]),
     "no_max_subtraction": (_mistake(("p = torch.exp(s - m_new.unsqueeze(-1))", "p = torch.exp(s)"),
                                     ("alpha = torch.exp(m - m_new)", "alpha = torch.ones_like(m)"),
                                     ("L[..., i:i + BLOCK_Q] = m + torch.log(l)", "L[..., i:i + BLOCK_Q] = torch.log(l)")),

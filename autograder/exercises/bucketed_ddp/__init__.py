@@ -16,11 +16,12 @@ and the end of ``backward()``. The reference observation adds the same training 
 torch's ``DistributedDataParallel`` (``find_unused_parameters=True`` where a parameter is unused), which
 the checks compare with.
 
-Overlap is judged on that order of events, never on timings (deterministic on a loaded machine): an
-overlapped implementation has all-reduces in flight (issued and not yet waited for) while later gradients
-become ready. A synchronous all-reduce per bucket, one that waits at once, or one launched only after
-``backward()`` has none. The counts earn points only with data evidence (the evidence rule): the first
-step's averaged gradients point where DDP's do.
+Overlap is measured from outside the ranks (``beside/meter.py``, ``OverlapGates``), never on timings: in a gated
+6-layer model the launcher holds the other rank while rank 0 must compute one more layer (a synchronous all-reduce
+would block it there), then holds rank 0 while at least a bucket's bytes must cross the ranks' loopback (an
+all-reduce started only after ``backward()`` has sent nothing yet); where the ranks' network is private, bytes beyond
+the reference's are capped (``cases.SPARE_BUCKETS``). The in-rank event log only words the feedback. The counts earn
+points only with data evidence (the evidence rule): the first step's averaged gradients point where DDP's do.
 
 Wrapping torch's own ``DistributedDataParallel`` is not this exercise (the lesson says so): a submission
 that constructs one earns nothing, with a sentence saying why.

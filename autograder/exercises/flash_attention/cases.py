@@ -8,6 +8,9 @@ MEMORY_N, MEMORY_D = 2048, 32  # an n × n float32 matrix is 16 MiB; q, k, v, o 
 # Tile sizes the grader sets in the memory scenario: 8 × 8 tile pairs, so the loops stay short (16 would take seconds).
 # A tile (256 KiB) and the few a backward step holds stay far below the margin, half an n × n matrix (8 MiB).
 MEMORY_BLOCK = 256
+# ... and in every value scenario, whatever the student's cell chose: its lengths span several tiles of 16 (a larger
+# tile would hold a whole row of keys, and an online softmax that never rescales would pass unseen).
+VALUE_BLOCK = 16
 FINGERPRINT_ROWS = 8  # rows of o and dq kept from the memory scenario (its full tensors are large)
 
 # name: (what it is, dtype, is_causal, logit scale (None: plain randn), public sizes)
@@ -51,5 +54,5 @@ def cases(salt: int) -> dict[str, dict]:
     for i, (name, (words, dtype, causal, logits, sizes)) in enumerate(SCENARIOS.items()):
         found[name] = {"what": words, "dtype": dtype, "is_causal": causal, "logits": logits,
                        **(sizes if salt == 0 else held_out_sizes(name, salt)), "seed": salted_seed(300 + i, salt),
-                       "measure_memory": name == "memory", **({"block": MEMORY_BLOCK} if name == "memory" else {})}
+                       "measure_memory": name == "memory", "block": MEMORY_BLOCK if name == "memory" else VALUE_BLOCK}
     return found

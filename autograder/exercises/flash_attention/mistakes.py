@@ -135,7 +135,7 @@ MISTAKES = [
             "max grows.", "Earlier tiles were exponentiated against an older, smaller max: their weights are then too "
             "large by exp(new max − old max).",
             "Multiply the accumulator (and the running sum) by exp(old max − new max) before adding a tile.",
-            no_rescaling),
+            no_rescaling, variants=("no_rescaling", "no_rescaling_in_whole_row_tiles")),
     Mistake("missing_scale", "You do not scale the scores by 1/√d.", "Attention is softmax(q kᵀ / √d) v.",
             "Multiply q kᵀ by 1/math.sqrt(d) in forward, and in the backward's recomputed tiles and dq, dk.",
             missing_scale),

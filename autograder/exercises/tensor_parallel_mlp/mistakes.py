@@ -281,7 +281,8 @@ MISTAKES = [
             "Use the all-reduce's sum (ReduceOp.SUM), without dividing.", averages_instead_of_summing),
     Mistake("fc2_bias_on_every_rank", "Every rank adds fc2's bias before the all-reduce.",
             "The sum over ranks then adds the bias world_size times.",
-            "Add fc2's bias once, after the all-reduce (or on one rank only).", fc2_bias_on_every_rank),
+            "Add fc2's bias once, after the all-reduce, on every rank (each keeps all of fc2.bias and its gradient).",
+            fc2_bias_on_every_rank),
     Mistake("interleaved_shards", "Your ranks keep interleaved rows of fc1 (every N-th), not a contiguous block.",
             "The exercise's layout is rank r's block of h/N consecutive hidden units, the same in fc1's rows and "
             "fc2's columns.", "Slice rows r*h/N to (r+1)*h/N of fc1 and the same columns of fc2.",
@@ -298,7 +299,7 @@ MISTAKES = [
             "gradient.", token_all_reduces),
     Mistake("all_gathers_the_hidden_activations",
             "Your forward pass gathers the hidden activations (and fc2's columns) instead of all-reducing the partial "
-            "outputs.", "A gather sends the (batch, h) activations, h / d_out times the bytes of Megatron's one "
+            "outputs.", "A gather sends the (batch, h) activations, about h / (2·d_out) times the bytes of Megatron's one "
             "all-reduce of the (batch, d_out) partial outputs: the traffic tensor parallelism is designed to avoid.",
             "Multiply your activations by your own columns of fc2 and sum the partial outputs with one all-reduce (g).",
             gathers_the_hidden_activations, variants=("all_gather_with_a_forged_count",)),
