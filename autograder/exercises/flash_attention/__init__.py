@@ -6,12 +6,14 @@ tiles of ``BLOCK_Q`` queries × ``BLOCK_K`` keys (module-level constants of the 
 softmax, arithmetic in float32; ``save_for_backward(q, k, v, o, L)`` with L the log-sum-exp of each query's scaled
 scores. Backward recomputes each tile's probabilities from q, k and L and never holds an n_q × n_k matrix.
 
-Values: every scenario draws seeded q, k, v and an upstream gradient, calls ``apply`` and ``backward``, and
-records o, dq, dk, dv. The reference observation adds the truth: torch's ``scaled_dot_product_attention`` in
-float64 on the same inputs. The checks compare with it, normwise (max |error| / max |truth|): 5e-5 in float32
-(correct tiled float32 styles are within 1e-6 of it, 1e-5 with scores near 100, as torch's own float32 SDPA is) and
-2e-2 with bfloat16 inputs (bf16's own round-off is 4e-3; correct styles measured at 6e-3). Lengths are not
-multiples of the tile except in ``plain``; ``ragged`` has n_q ≠ n_k and one leading dimension.
+Values: every scenario draws seeded q, k, v and an upstream gradient, calls ``apply`` and ``backward``, and records
+o, dq, dk, dv, with ``BLOCK_Q = BLOCK_K = 16`` set in the student's cell (``cases.VALUE_BLOCK``: the lengths then
+span several tiles, whatever the cell chose). The reference observation adds the truth: torch's
+``scaled_dot_product_attention`` in float64 on the same inputs. The checks compare with it, normwise (max |error| /
+max |truth|): 5e-5 in float32 (correct tiled float32 styles are within 1e-6 of it, 1e-5 with scores near 100, as
+torch's own float32 SDPA is) and 2e-2 with bfloat16 inputs (bf16's own round-off is 4e-3; correct styles measured at
+6e-3). Lengths are not multiples of the tile except in ``plain``; ``ragged`` has n_q ≠ n_k and one leading
+dimension.
 
 Method (the ``memory`` scenario, ``cases.MEMORY_N`` and ``MEMORY_D``: n_q = n_k = 2048, d = 32, one head, not
 causal, float32, with ``BLOCK_Q = BLOCK_K = 256`` set in the student's cell so that the tile loops stay short). There
